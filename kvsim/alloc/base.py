@@ -1,0 +1,84 @@
+"""The allocator protocol every KV allocator implements, and the memory breakdown it reports.
+
+Units: token slots throughout (one slot holds one token's K and V for every layer). Sequence ids are
+ints chosen by the caller. Running out of memory is never an exception: callers ask `can_*` first.
+Misuse (an unknown id, growing past a reservation) raises `AllocationError`.
+
+Lengths a caller passes:
+- `num_tokens`: KV slots the sequence needs written now (prompt, or prompt + tokens recomputed);
+- `final_tokens`: KV slots it holds at its peak, prompt + output - 1 (the last token's KV is never
+  written). It lets contiguous policies size their reservation and lets `stats()` tell slots the
+  sequence will still fill (`reserved`) from slots it never will (`internal_fragmentation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+class AllocationError(RuntimeError):
+    """Misuse of an allocator: unknown or duplicate sequence id, growth past a reservation, etc."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """A snapshot of KV capacity, in token slots; the five categories sum to `capacity_tokens`.
+
+    `used_blocks`/`free_blocks` are in the allocator's blocks (contiguous: one slot each).
+    `unshared_blocks` is how many blocks the live sequences would hold without sharing (equals
+    `used_blocks` when nothing is shared); `cached_blocks` are free blocks still holding reusable
+    prefix-cache contents (counted in `free`).
+    """
+
+    capacity_tokens: int
+    token_states: int
+    reserved: int
+    internal_fragmentation: int
+    external_fragmentation: int
+    free: int
+    used_blocks: int
+    free_blocks: int
+    unshared_blocks: int
+    cached_blocks: int = 0
+
+
+class Allocator(Protocol):
+    """What the scheduler, the checks and the GPU harness call."""
+
+    block_size: int          # slots per block (contiguous: 1)
+    capacity_tokens: int     # total slots
+
+    def can_allocate(self, num_tokens: int, final_tokens: int) -> bool:
+        """Whether a new sequence needing `num_tokens` slots now (peak `final_tokens`) fits."""
+
+    def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
+                 block_hashes: Sequence[int] = ()) -> int:
+        """Give `seq_id` room for `num_tokens`; returns how many leading tokens a prefix cache
+        already holds (0 without prefix caching)."""
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Whether `seq_id` can grow by `num_tokens` slots now."""
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
+        """Grow `seq_id` by `num_tokens` slots; returns the (src, dst) block copies that
+        copy-on-write needs (empty when nothing shared was written into)."""
+
+    def can_fork(self, parent_id: int) -> bool:
+        """Whether `fork(parent_id, ...)` would succeed now."""
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """Make `child_id` a copy of `parent_id` (paged: sharing its blocks)."""
+
+    def free(self, seq_id: int) -> None:
+        """Release everything `seq_id` holds."""
+
+    def num_tokens(self, seq_id: int) -> int:
+        """Slots `seq_id` holds written (its current length)."""
+
+    def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
+        """The memory breakdown now; `head_*` describe the request waiting at the head of the queue
+        (0 when none), so free space too fragmented to admit it counts as external fragmentation."""
+
+    def check_invariants(self) -> None:
+        """Assert the allocator's internal consistency (tests and `--check` runs)."""
