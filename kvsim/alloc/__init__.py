@@ -1,0 +1,28 @@
+"""KV-cache allocators: paged (blocks, sharing, prefix caching) and contiguous (one extent per sequence).
+
+`make_allocator` builds one from the run's settings; capacities are in token slots.
+"""
+
+from __future__ import annotations
+
+from .base import AllocationError, Allocator, MemoryStats
+from .contiguous import PLACEMENTS, RESERVE_POLICIES, ContiguousAllocator
+from .paged import PagedAllocator
+from .prefix import chain_hashes
+
+ALLOCATORS = ("paged", "contiguous")
+
+__all__ = ["ALLOCATORS", "PLACEMENTS", "RESERVE_POLICIES", "AllocationError", "Allocator",
+           "ContiguousAllocator", "MemoryStats", "PagedAllocator", "chain_hashes", "make_allocator"]
+
+
+def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_seq_len: int = 2048,
+                   reserve: str = "max", placement: str = "buddy",
+                   prefix_caching: bool = False) -> PagedAllocator | ContiguousAllocator:
+    """An allocator over `capacity_tokens` slots: "paged" gets capacity_tokens // block_size blocks
+    (the remainder is unused), "contiguous" uses `max_seq_len`, `reserve` and `placement`."""
+    if kind == "paged":
+        return PagedAllocator(capacity_tokens // block_size, block_size, prefix_caching=prefix_caching)
+    if kind == "contiguous":
+        return ContiguousAllocator(capacity_tokens, max_seq_len, reserve=reserve, placement=placement)
+    raise ValueError(f"unknown allocator {kind!r}; known: {', '.join(ALLOCATORS)}")

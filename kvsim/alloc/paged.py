@@ -1,0 +1,288 @@
+"""Paged KV allocator (vLLM's block manager): fixed-size blocks, a free list, one block table per
+sequence, reference counts for sharing (fork, prefix caching) and copy-on-write.
+
+Units: `num_blocks` blocks of `block_size` token slots; lengths in token slots.
+
+Invariants (checked by `check_invariants`):
+- every block is exactly one of: used (reference count > 0), plain free (in `_free`), evictable
+  (free but cached, in the prefix cache);
+- `len(table) == ceil(tokens / block_size)` and `tokens <= final` for every sequence;
+- a block's reference count equals the number of tables holding it;
+- all holders of a block hold it at the same index with the same fill (copy-on-write keeps partly
+  filled shared blocks unwritten), so only last blocks are partly filled;
+- `_sum_tokens`, `_sum_reach` and `_sum_blocks` equal their sums over live sequences, where a
+  sequence's reach is min(final, allocated slots): the slots it holds that it will have filled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Sequence
+
+from .base import AllocationError, MemoryStats
+from .prefix import PrefixCache, chain_hashes
+
+
+class PagedAllocator:
+    """Blocks of `block_size` slots taken from a free list exactly when a sequence's length crosses a
+    block boundary; `fork` shares blocks, appending into a shared partly filled block copies it."""
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks} and {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.capacity_tokens = num_blocks * block_size
+        self._free: deque[int] = deque(range(num_blocks))   # plain free blocks, taken from the left
+        self._ref = [0] * num_blocks                          # block id -> number of tables holding it
+        self._tables: dict[int, list[int]] = {}
+        self._tokens: dict[int, int] = {}                     # slots written
+        self._final: dict[int, int] = {}                      # peak slots, >= tokens
+        self._hashes: dict[int, list[int]] = {}               # chained hashes of prompt blocks
+        self._cache = PrefixCache(num_blocks) if prefix_caching else None
+        self._sum_tokens = 0
+        self._sum_reach = 0
+        self._sum_blocks = 0
+
+    # ---- queries -------------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks a sequence can take now: plain free plus evictable cached blocks."""
+        cache = self._cache
+        return len(self._free) + (cache.num_evictable if cache is not None else 0)
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """A copy of `seq_id`'s block ids, in token order."""
+        return list(self._table(seq_id))
+
+    def num_tokens(self, seq_id: int) -> int:
+        """Slots `seq_id` holds written."""
+        self._table(seq_id)
+        return self._tokens[seq_id]
+
+    def _table(self, seq_id: int) -> list[int]:
+        try:
+            return self._tables[seq_id]
+        except KeyError:
+            raise AllocationError(f"unknown sequence id {seq_id}") from None
+
+    # ---- allocate / fork / free ----------------------------------------------------------------
+
+    def can_allocate(self, num_tokens: int, final_tokens: int = 0) -> bool:
+        """Whether ceil(num_tokens / block_size) blocks are free; prefix-cache hits are ignored (a hit
+        on an evictable block takes a free block too, so this is conservative)."""
+        return -(-num_tokens // self.block_size) <= self.num_free_blocks
+
+    def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
+                 block_hashes: Sequence[int] = ()) -> int:
+        """Give `seq_id` blocks for `num_tokens` slots, reusing cached leading blocks whose chained
+        `block_hashes` (one content id per full prompt block) hit, at most floor((num_tokens - 1) /
+        block_size) of them; returns the cached tokens (hit blocks x block_size)."""
+        if seq_id in self._tables:
+            raise AllocationError(f"sequence id {seq_id} is already allocated")
+        if num_tokens < 1:
+            raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        bs = self.block_size
+        cache = self._cache
+        hashes = chain_hashes(block_hashes) if cache is not None and block_hashes else []
+        hits = cache.lookup(hashes, (num_tokens - 1) // bs) if hashes else []
+        num_new = -(-num_tokens // bs) - len(hits)
+        evictable_hits = sum(cache.is_evictable(b) for b in hits) if hits else 0
+        if num_new > self.num_free_blocks - evictable_hits:
+            raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, "
+                                  f"{self.num_free_blocks - evictable_hits} free")
+        ref = self._ref
+        for block in hits:
+            if ref[block] == 0:
+                cache.reuse(block)
+            ref[block] += 1
+        table = hits + [self._take() for _ in range(num_new)]
+        self._tables[seq_id] = table
+        self._tokens[seq_id] = num_tokens
+        final = max(final_tokens, num_tokens)
+        self._final[seq_id] = final
+        if hashes:
+            self._hashes[seq_id] = hashes
+            for k in range(len(hits), min(num_tokens // bs, len(hashes))):
+                cache.register(hashes[k], table[k])
+        self._sum_tokens += num_tokens
+        self._sum_reach += min(final, len(table) * bs)
+        self._sum_blocks += len(table)
+        return len(hits) * bs
+
+    def can_fork(self, parent_id: int) -> bool:
+        """Forking shares every block, so it needs no free block (copy-on-write happens on append)."""
+        return parent_id in self._tables
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """Make `child_id` share all of `parent_id`'s blocks (reference counts + 1)."""
+        table = self._table(parent_id)
+        if child_id in self._tables:
+            raise AllocationError(f"sequence id {child_id} is already allocated")
+        ref = self._ref
+        for block in table:
+            ref[block] += 1
+        self._tables[child_id] = list(table)
+        tokens = self._tokens[child_id] = self._tokens[parent_id]
+        final = self._final[child_id] = self._final[parent_id]
+        if parent_id in self._hashes:
+            self._hashes[child_id] = self._hashes[parent_id]   # never mutated, so shared
+        self._sum_tokens += tokens
+        self._sum_reach += min(final, len(table) * self.block_size)
+        self._sum_blocks += len(table)
+
+    def free(self, seq_id: int) -> None:
+        """Drop `seq_id`'s references; blocks no one holds become free (cached ones evictable, the
+        sequence's last block first, so the tail of a prefix is evicted before its head)."""
+        table = self._table(seq_id)
+        del self._tables[seq_id]
+        tokens = self._tokens.pop(seq_id)
+        final = self._final.pop(seq_id)
+        self._hashes.pop(seq_id, None)
+        ref = self._ref
+        cache = self._cache
+        for block in reversed(table):
+            ref[block] -= 1
+            if ref[block] == 0 and (cache is None or not cache.park(block)):
+                self._free.append(block)
+        self._sum_tokens -= tokens
+        self._sum_reach -= min(final, len(table) * self.block_size)
+        self._sum_blocks -= len(table)
+
+    def _take(self) -> int:
+        """A fresh block with reference count 1: a plain free one, else the LRU evictable one."""
+        block = self._free.popleft() if self._free else self._cache.evict_lru()
+        self._ref[block] = 1
+        return block
+
+    # ---- append (the per-step hot path) --------------------------------------------------------
+
+    def _blocks_needed(self, table: list[int], tokens: int, num_tokens: int) -> int:
+        bs = self.block_size
+        need = (tokens + num_tokens + bs - 1) // bs - len(table)
+        if tokens % bs and self._ref[table[-1]] > 1:
+            need += 1     # copy-on-write of the shared, partly filled last block
+        return need
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Whether `seq_id` can grow by `num_tokens` slots: new blocks plus a copy-on-write copy fit."""
+        table = self._table(seq_id)
+        return self._blocks_needed(table, self._tokens[seq_id], num_tokens) <= self.num_free_blocks
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
+        """Grow `seq_id` by `num_tokens` slots; returns [(src, dst)] when its shared, partly filled last
+        block had to be copied first, else []."""
+        table = self._table(seq_id)
+        if num_tokens < 1:
+            raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        bs = self.block_size
+        tokens = self._tokens[seq_id]
+        new_tokens = tokens + num_tokens
+        final = self._final[seq_id]
+        reach_before = min(final, len(table) * bs)
+        copies = []
+        need = self._blocks_needed(table, tokens, num_tokens)
+        if need:
+            if need > self.num_free_blocks:
+                raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
+            if tokens % bs and self._ref[table[-1]] > 1:
+                src = table[-1]
+                self._ref[src] -= 1
+                table[-1] = dst = self._take()
+                copies.append((src, dst))
+                need -= 1
+            self._sum_blocks += need
+            for _ in range(need):
+                table.append(self._take())
+        self._tokens[seq_id] = new_tokens
+        if new_tokens > final:
+            final = self._final[seq_id] = new_tokens
+        self._sum_tokens += num_tokens
+        self._sum_reach += min(final, len(table) * bs) - reach_before
+        if self._cache is not None and new_tokens // bs > tokens // bs and seq_id in self._hashes:
+            hashes = self._hashes[seq_id]
+            for k in range(tokens // bs, min(new_tokens // bs, len(hashes))):
+                self._cache.register(hashes[k], table[k])
+        return copies
+
+    # ---- accounting ----------------------------------------------------------------------------
+
+    def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
+        """Memory breakdown in token slots, shared blocks counted once; O(1) while no block is shared,
+        O(live sequences) otherwise. Paged memory has no external fragmentation, so `head_*` is unused."""
+        bs = self.block_size
+        num_cached = self._cache.num_evictable if self._cache is not None else 0
+        num_free = len(self._free) + num_cached
+        used = self.num_blocks - num_free
+        if self._sum_blocks == used:      # every used block has reference count 1
+            tokens, reach = self._sum_tokens, self._sum_reach
+        else:
+            tokens, reach = self._shared_sums(used)
+        return MemoryStats(
+            capacity_tokens=self.capacity_tokens, token_states=tokens, reserved=reach - tokens,
+            internal_fragmentation=used * bs - reach, external_fragmentation=0, free=num_free * bs,
+            used_blocks=used, free_blocks=num_free, unshared_blocks=self._sum_blocks,
+            cached_blocks=num_cached)
+
+    def _shared_sums(self, used: int) -> tuple[int, int]:
+        """(written slots, reached slots) over distinct used blocks. Only last blocks are partly
+        filled; a shared one counts once, reached as far as its furthest-reaching holder."""
+        bs = self.block_size
+        partial: dict[int, tuple[int, int]] = {}   # block -> (fill, reach within block)
+        for seq_id, table in self._tables.items():
+            allocated = len(table) * bs
+            tokens = self._tokens[seq_id]
+            if tokens < allocated:
+                base = allocated - bs
+                reach = min(self._final[seq_id], allocated) - base
+                block = table[-1]
+                if block not in partial or reach > partial[block][1]:
+                    partial[block] = (tokens - base, reach)
+        unwritten = sum(bs - fill for fill, _ in partial.values())
+        unreached = sum(bs - reach for _, reach in partial.values())
+        return used * bs - unwritten, used * bs - unreached
+
+    def check_invariants(self) -> None:
+        """Assert the module's invariants and recompute `stats()` slot by slot (slow; tests only)."""
+        bs = self.block_size
+        free = set(self._free)
+        assert len(free) == len(self._free), "a block appears twice in the free list"
+        evictable = set(self._cache.evictable_blocks()) if self._cache is not None else set()
+        counts = [0] * self.num_blocks
+        holders: dict[int, set[tuple[int, int]]] = {}    # block -> {(index, fill)}
+        for seq_id, table in self._tables.items():
+            tokens, final = self._tokens[seq_id], self._final[seq_id]
+            assert len(table) == -(-tokens // bs), f"seq {seq_id}: {len(table)} blocks for {tokens} tokens"
+            assert tokens <= final, f"seq {seq_id}: {tokens} tokens past its final {final}"
+            for k, block in enumerate(table):
+                counts[block] += 1
+                holders.setdefault(block, set()).add((k, min(bs, tokens - k * bs)))
+        assert counts == self._ref, "reference counts differ from the number of tables holding blocks"
+        used = {b for b in range(self.num_blocks) if counts[b]}
+        assert not used & free and not used & evictable and not free & evictable, "block sets overlap"
+        assert len(used) + len(free) + len(evictable) == self.num_blocks, "a block is lost"
+        for block, positions in holders.items():
+            assert len(positions) == 1, f"block {block} held at different (index, fill): {positions}"
+        if self._cache is not None:
+            self._cache.check(self._ref)
+            for block in used:
+                if self._cache.cached_hash(block) is not None:
+                    assert next(iter(holders[block]))[1] == bs, f"cached block {block} is not full"
+        assert self._sum_tokens == sum(self._tokens.values()), "token counter drifted"
+        assert self._sum_blocks == sum(map(len, self._tables.values())), "block counter drifted"
+        assert self._sum_reach == sum(min(self._final[s], len(t) * bs) for s, t in self._tables.items()), \
+            "reach counter drifted"
+        written = reached = 0
+        for block, positions in holders.items():
+            k, fill = next(iter(positions))
+            written += fill
+            reached += max(min(self._final[s], len(t) * bs) - k * bs
+                           for s, t in self._tables.items() if len(t) > k and t[k] == block) if fill < bs else bs
+        stats = self.stats()
+        assert (stats.token_states, stats.reserved, stats.internal_fragmentation) == \
+            (written, reached - written, len(used) * bs - reached), f"stats {stats} disagree with a recount"
+        assert stats.token_states + stats.reserved + stats.internal_fragmentation + \
+            stats.external_fragmentation + stats.free == self.capacity_tokens, "categories do not sum to capacity"
+        if not self._tables:
+            assert not used, "blocks leaked after every sequence was freed"

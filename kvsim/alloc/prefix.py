@@ -1,0 +1,113 @@
+"""Prefix cache for the paged allocator: chained block hashes, a hash -> block map, and an LRU set of
+evictable blocks.
+
+Units: blocks (ids into the paged pool). A block is *cached* when its chained hash is in the map; only
+full blocks are ever cached. A cached block whose reference count drops to 0 becomes *evictable*: it
+counts as free but keeps its contents until a fresh block is needed, least recently freed first.
+
+Invariants (checked by `check`):
+- `_block_of[h] == b` if and only if `_hash_of[b] == h` (the map is a bijection on cached blocks);
+- every evictable block is cached and has reference count 0;
+- a cached block with reference count 0 is evictable (nothing cached is lost from both sets).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64 finaliser: a deterministic 64-bit avalanche (Python's `hash()` is salted for str)."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+    return x ^ (x >> 31)
+
+
+def chain_hashes(block_ids: Iterable[int]) -> list[int]:
+    """Chained 64-bit hashes h_k = mix(h_{k-1}, id_k) of per-block content ids (h_{-1} = 0), so
+    equal chained hashes mean equal prefixes up to and including that block."""
+    hashes = []
+    h = 0
+    for block_id in block_ids:
+        h = _mix64((h * 0x9E3779B97F4A7C15 + (block_id & _MASK64) + 1) & _MASK64)
+        hashes.append(h)
+    return hashes
+
+
+class PrefixCache:
+    """Maps chained hashes to the blocks holding them; keeps freed cached blocks evictable (LRU)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self._block_of: dict[int, int] = {}             # chained hash -> block id
+        self._hash_of: list[int | None] = [None] * num_blocks  # block id -> chained hash
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
+
+    @property
+    def num_evictable(self) -> int:
+        """Free blocks still holding reusable contents (blocks)."""
+        return len(self._evictable)
+
+    def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
+        """Blocks holding the longest cached prefix of `hashes`, at most `max_blocks` of them.
+        Changes nothing."""
+        hits = []
+        for h in hashes[:max_blocks]:
+            block = self._block_of.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def is_evictable(self, block: int) -> bool:
+        """Whether `block` is free but cached."""
+        return block in self._evictable
+
+    def reuse(self, block: int) -> None:
+        """Take an evictable `block` back into use (its reference count goes 0 -> 1 by the caller)."""
+        del self._evictable[block]
+
+    def register(self, h: int, block: int) -> None:
+        """Record that full `block` holds the prefix with chained hash `h`; a hash already cached in
+        another block keeps its first block (the duplicate stays uncached)."""
+        if h not in self._block_of and self._hash_of[block] is None:
+            self._block_of[h] = block
+            self._hash_of[block] = h
+
+    def park(self, block: int) -> bool:
+        """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
+        (returns True), else the caller returns it to the plain free list (returns False)."""
+        if self._hash_of[block] is None:
+            return False
+        self._evictable[block] = None
+        return True
+
+    def evict_lru(self) -> int:
+        """Forget the least recently freed evictable block and return its id (now a plain free block)."""
+        block, _ = self._evictable.popitem(last=False)
+        del self._block_of[self._hash_of[block]]
+        self._hash_of[block] = None
+        return block
+
+    def evictable_blocks(self) -> list[int]:
+        """Evictable blocks, next to be evicted first."""
+        return list(self._evictable)
+
+    def cached_hash(self, block: int) -> int | None:
+        """The chained hash `block` holds, or None when it is not cached."""
+        return self._hash_of[block]
+
+    def check(self, ref_counts: Sequence[int]) -> None:
+        """Assert the invariants in the module docstring."""
+        for h, block in self._block_of.items():
+            assert self._hash_of[block] == h, f"hash map points {h:#x} at block {block}, which holds another"
+        num_cached = sum(h is not None for h in self._hash_of)
+        assert num_cached == len(self._block_of), "block -> hash and hash -> block maps disagree"
+        for block in self._evictable:
+            assert self._hash_of[block] is not None, f"evictable block {block} is not cached"
+            assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
+        for block, h in enumerate(self._hash_of):
+            if h is not None and ref_counts[block] == 0:
+                assert block in self._evictable, f"cached free block {block} is not evictable"
