@@ -1,0 +1,76 @@
+"""Model and GPU presets, HF config loading, and the KV capacities of the vLLM paper's Table 1."""
+
+import json
+
+import pytest
+
+from kvsim.specs import GIB, MODELS, GPUS, Deployment, get_gpu, get_model, load_hf_config
+
+
+def test_opt_13b_12_gib_gives_15_7k_slots_at_800_kib_per_token():
+    dep = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
+    assert dep.model.kv_bytes_per_token() == 800 * 1024
+    assert dep.kv_capacity_tokens(kv_gib=12) == 15728
+
+
+def test_opt_175b_on_8_gpus_264_gib_gives_60_1k_slots():
+    dep = Deployment(get_model("opt-175b"), get_gpu("a100-80gb"), tp=8)
+    assert dep.kv_capacity_tokens(kv_gib=264) == 60074
+    assert dep.model.kv_bytes_per_token(tp=8) * 8 == dep.model.kv_bytes_per_token()
+
+
+def test_num_blocks_and_memory_utilisation_sources():
+    dep = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
+    assert dep.kv_capacity_tokens(num_blocks=100, block_size=16) == 1600
+    # 40 GiB x 0.9 - 25.7 GB of weights - 1 GiB reserve, over 800 KiB per token
+    expected = int((40 * GIB * 0.9 - 12.85e9 * 2 - GIB) // (800 * 1024))
+    assert dep.kv_capacity_tokens() == expected
+    assert 14_000 < expected < 15_728   # a little under the paper's 12 GiB
+
+
+def test_tensor_parallelism_divides_weights_and_kv():
+    one = Deployment(get_model("llama-2-70b"), get_gpu("a100-80gb"), tp=4).kv_capacity_tokens()
+    two = Deployment(get_model("llama-2-70b"), get_gpu("a100-80gb"), tp=8).kv_capacity_tokens()
+    assert two > 2 * one   # doubling GPUs also halves each GPU's weight share
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="unknown model 'gpt-9'; known: opt-13b"):
+        get_model("gpt-9")
+    with pytest.raises(ValueError, match="unknown GPU"):
+        get_gpu("tpu")
+    dep = Deployment(get_model("opt-66b"), get_gpu("a100-40gb"))
+    with pytest.raises(ValueError, match="weights leave no memory"):
+        dep.kv_capacity_tokens()
+    with pytest.raises(ValueError, match="not both"):
+        dep.kv_capacity_tokens(kv_gib=1, num_blocks=2)
+    with pytest.raises(ValueError, match="cannot be split"):
+        Deployment(get_model("qwen2.5-7b"), get_gpu("h200"), tp=3)
+
+
+def test_presets_cover_the_design_names():
+    assert {"opt-13b", "opt-66b", "opt-175b", "llama-13b", "llama-2-7b", "llama-2-13b", "llama-2-70b",
+            "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b"} <= set(MODELS)
+    assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "l4", "a10g"} <= set(GPUS)
+    assert get_model("Llama-3-8B").num_kv_heads == 8
+
+
+def test_hf_config_llama_style(tmp_path):
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "max_position_embeddings": 8192, "intermediate_size": 14336,
+           "vocab_size": 128256, "torch_dtype": "bfloat16", "_name_or_path": "meta-llama/Meta-Llama-3-8B"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    assert spec.kv_bytes_per_token() == get_model("llama-3-8b").kv_bytes_per_token() == 131072
+    assert spec.num_params == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_hf_config_errors_name_the_file_and_field(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 10}))
+    with pytest.raises(ValueError, match=r"config.json: field 'num_hidden_layers' missing"):
+        load_hf_config(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read model config"):
+        load_hf_config(path)
