@@ -1,0 +1,323 @@
+"""Iteration-level continuous batching (Orca/vLLM style) over a KV allocator. Plain Python, no SimPy.
+
+`Scheduler.schedule(now)` decides one engine step and does its memory bookkeeping at once: decode
+slots for every running sequence (preempting the most recently admitted request when a block is
+missing), swap-ins, then FCFS admission of waiting requests. `Scheduler.finish(plan, now)` emits the
+step's tokens and retires finished requests. Units: tokens (KV slots) and seconds.
+
+A request with prompt P and M outputs takes one prefill (which emits its first token) and M - 1
+decode steps; it holds P + g KV slots after emitting g tokens (g >= 1) and peaks at P + M - 1.
+Parallel samples (`n`, and `beam_width` approximated as samples) share the prompt by `fork`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kvsim.alloc.base import Allocator
+from kvsim.trace import Trace
+
+FINISHED, REJECTED, PENDING = "finished", "rejected", "unfinished"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap)."""
+
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool = False
+    preemption: str = "recompute"
+    batching: str = "continuous"
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
+        if self.batching not in ("continuous", "static"):
+            raise ValueError(f"unknown batching mode {self.batching!r}; known: continuous, static")
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one engine step computes: prefill chunks, decode tokens and swap traffic (tokens)."""
+
+    prefills: list[tuple[int, int]] = field(default_factory=list)  # (request, tokens computed)
+    prefill_tokens: int = 0
+    prefill_attn_tokens: int = 0      # sum of chunk x context-after-chunk
+    decodes: list[int] = field(default_factory=list)                # requests decoding
+    decode_seqs: int = 0
+    decode_context_tokens: int = 0
+    swap_tokens: int = 0              # KV slots moved over PCIe this step (either way)
+    batch_requests: int = 0
+
+
+class Scheduler:
+    """FCFS continuous batching of a trace's requests over one allocator."""
+
+    def __init__(self, trace: Trace, allocator: Allocator, config: SchedulerConfig,
+                 max_seq_len: int, swap_tokens: int = 0, block_ids=None):
+        """`swap_tokens`: CPU swap space in KV slots; `block_ids(i)`: prompt block content ids for
+        prefix caching (None without)."""
+        self.alloc, self.cfg, self.max_seq_len = allocator, config, max_seq_len
+        self.swap_tokens = swap_tokens
+        self.prompt = trace.prompt_tokens.tolist()
+        self.output = trace.output_tokens.tolist()
+        self.n = [max(a, b) for a, b in zip(trace.n.tolist(), trace.beam_width.tolist())]
+        self.block_ids = block_ids          # callable(i) -> prompt block content ids, or None
+        num = len(self.prompt)
+        self.stride = max(self.n, default=1)
+        self.generated = [0] * num
+        self.prefill_left = [0] * num       # prompt tokens still to compute (chunked prefill)
+        self.kv_len = [0] * num             # KV slots each of the request's sequences holds
+        self.preemptions = [0] * num
+        self.admitted_s = [float("nan")] * num
+        self.first_token_s = [float("nan")] * num
+        self.finished_s = [float("nan")] * num
+        self.status = [PENDING] * num
+        self.reason = [""] * num
+        self.waiting: deque[int] = deque()
+        self.swapped: deque[int] = deque()
+        self.running: list[int] = []        # admission order; the last is preempted first
+        self.swap_used = 0
+        self.num_preemptions = 0
+        self.prefix_hit_tokens = 0
+        self.num_finished = self.num_rejected = 0
+
+    # -- arrivals -------------------------------------------------------------------------------
+    def add(self, i: int, now: float) -> None:
+        """Queue request `i` (arrived at `now`), or reject it if it can never be served."""
+        p, m = self.prompt[i], self.output[i]
+        reason = ""
+        if p + m > self.max_seq_len:
+            reason = f"prompt + output = {p + m} tokens exceeds the model's maximum length {self.max_seq_len}"
+        elif not self.cfg.chunked_prefill and p > self.cfg.max_batched_tokens:
+            reason = f"prompt of {p} tokens exceeds max_batched_tokens {self.cfg.max_batched_tokens}"
+        elif self.n[i] > self.cfg.max_num_seqs:
+            reason = f"{self.n[i]} samples exceed max_num_seqs {self.cfg.max_num_seqs}"
+        elif self._peak_slots(i) > self.alloc.capacity_tokens:
+            reason = (f"needs {self._peak_slots(i)} KV slots at its peak, more than the whole cache "
+                      f"({self.alloc.capacity_tokens})")
+        if reason:
+            self._reject(i, now, reason)
+        else:
+            self.waiting.append(i)
+
+    def _reject(self, i: int, now: float, reason: str) -> None:
+        self.status[i], self.reason[i], self.finished_s[i] = REJECTED, reason, now
+        self.num_rejected += 1
+
+    def _peak_slots(self, i: int) -> int:
+        """KV slots request `i` holds at its peak: shared full prompt blocks once, the rest per sample."""
+        p, final, bs = self.prompt[i], self.prompt[i] + self.output[i] - 1, self.alloc.block_size
+        reserve = getattr(self.alloc, "reservation", None)
+        per_seq = reserve(p, final) if reserve else -(-final // bs) * bs
+        shared = (p // bs) * bs if hasattr(self.alloc, "block_table") else 0
+        return shared + self.n[i] * (per_seq - shared)
+
+    def done(self) -> bool:
+        """True when nothing is waiting, running or swapped out."""
+        return not (self.waiting or self.running or self.swapped)
+
+    # -- one step ---------------------------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan | None:
+        """Plan the next step and allocate its memory; None when there is nothing to run."""
+        if self.cfg.batching == "static":
+            return self._schedule_static(now)
+        plan = StepPlan()
+        preempted = self._grow_running(plan)
+        budget = self.cfg.max_batched_tokens - plan.decode_seqs
+        budget = self._continue_prefills(plan, budget)
+        if not preempted:
+            if self.swapped:
+                self._swap_in(plan)
+            else:
+                self._admit(plan, budget, now)
+        if not (plan.prefills or plan.decodes or plan.swap_tokens):
+            if self.waiting and not (self.running or self.swapped):
+                self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
+                return self.schedule(now)
+            return None
+        plan.batch_requests = len(self.running)
+        return plan
+
+    def _grow_running(self, plan: StepPlan) -> bool:
+        """Give each decoding sequence its next slot, preempting from the back when memory runs out."""
+        alloc, preempted, k = self.alloc, False, 0
+        while k < len(self.running):
+            i = self.running[k]
+            if self.prefill_left[i]:
+                k += 1
+                continue
+            seqs = self._seq_ids(i)
+            while not all(alloc.can_append(s) for s in seqs):
+                preempted = True
+                victim = self.running[-1]
+                self._preempt(victim, plan)
+                if victim == i:
+                    break
+            else:
+                for s in seqs:
+                    alloc.append(s)
+                kv = self.kv_len[i] = self.kv_len[i] + 1
+                plan.decodes.append(i)
+                plan.decode_seqs += len(seqs)
+                plan.decode_context_tokens += kv * len(seqs)
+                k += 1
+        return preempted
+
+    def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
+        """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished."""
+        for i in self.running:
+            if self.prefill_left[i] and budget > 0:
+                budget -= self._prefill_chunk(i, plan, budget)
+        return budget
+
+    def _prefill_chunk(self, i: int, plan: StepPlan, budget: int) -> int:
+        chunk = min(self.prefill_left[i], budget) if self.cfg.chunked_prefill else self.prefill_left[i]
+        self.prefill_left[i] -= chunk
+        context = self.kv_len[i] - self.prefill_left[i]
+        plan.prefills.append((i, chunk))
+        plan.prefill_tokens += chunk
+        plan.prefill_attn_tokens += chunk * context
+        return chunk
+
+    def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
+        """Strict FCFS: admit from the head while limits and memory allow; the head blocks the rest."""
+        alloc, cfg = self.alloc, self.cfg
+        while self.waiting and budget > 0:
+            i = self.waiting[0]
+            need = self.prompt[i] + self.generated[i]          # recompute re-prefills its outputs
+            final = self.prompt[i] + self.output[i] - 1
+            if self._num_seqs() + self.n[i] > cfg.max_num_seqs:
+                break
+            if not cfg.chunked_prefill and need > budget and (plan.prefills or plan.decodes):
+                break       # (a lone prefill may exceed the budget: a recomputed request can)
+            if not alloc.can_allocate(need, final) or not self._can_fork(i):
+                break
+            self.waiting.popleft()
+            seqs = self._seq_ids(i)
+            ids = self.block_ids(i) if self.block_ids else ()
+            cached = alloc.allocate(seqs[0], need, final, ids)
+            for s in seqs[1:]:
+                alloc.fork(seqs[0], s)
+            self.prefix_hit_tokens += cached
+            self.kv_len[i], self.prefill_left[i] = need, need - cached
+            if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
+                self.admitted_s[i] = now
+            self.running.append(i)
+            budget -= self._prefill_chunk(i, plan, budget)
+
+    def _can_fork(self, i: int) -> bool:
+        """Contiguous allocators copy on fork, so a request's samples need room up front."""
+        if self.n[i] == 1 or hasattr(self.alloc, "block_table"):
+            return True
+        final = self.prompt[i] + self.output[i] - 1
+        return self.alloc.can_allocate(self.n[i] * final, self.n[i] * final)
+
+    def _preempt(self, i: int, plan: StepPlan) -> None:
+        """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
+        self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
+        for s in self._seq_ids(i):
+            self.alloc.free(s)
+        self.preemptions[i] += 1
+        self.num_preemptions += 1
+        tokens = self.kv_len[i] * self.n[i]
+        if (self.cfg.preemption == "swap" and not self.prefill_left[i]
+                and self.swap_used + tokens <= self.swap_tokens):
+            self.swap_used += tokens
+            plan.swap_tokens += tokens
+            self.swapped.append(i)
+        else:
+            self.prefill_left[i] = 0
+            self.waiting.appendleft(i)
+
+    def _swap_in(self, plan: StepPlan) -> None:
+        """Bring swapped requests back FCFS while memory allows; they decode in this same step
+        (each sample is restored unshared)."""
+        while self.swapped:
+            i = self.swapped[0]
+            kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self._seq_ids(i)
+            if not self.alloc.can_allocate((kv + 1) * len(seqs), final * len(seqs)):
+                break
+            self.swapped.popleft()
+            for s in seqs:
+                self.alloc.allocate(s, kv + 1, final)
+            self.swap_used -= kv * len(seqs)
+            plan.swap_tokens += kv * len(seqs)
+            self.kv_len[i] = kv + 1
+            self.running.append(i)
+            plan.decodes.append(i)
+            plan.decode_seqs += len(seqs)
+            plan.decode_context_tokens += (kv + 1) * len(seqs)
+
+    def _schedule_static(self, now: float) -> StepPlan | None:
+        """FasterTransformer-style: form a batch only when none runs; it runs until its longest
+        request ends (finished requests stay in the batch as padding)."""
+        if not self.running:
+            plan = StepPlan()
+            self._admit(plan, 1 << 62, now)
+            if not plan.prefills:
+                if self.waiting:
+                    self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
+                    return self._schedule_static(now)
+                return None
+            longest = max(chunk for _, chunk in plan.prefills)   # prompts padded to the longest
+            plan.prefill_tokens = longest * len(plan.prefills)
+            plan.batch_requests = len(self.running)
+            return plan
+        plan = StepPlan()
+        for i in self.running:
+            n = self.n[i]
+            if self.generated[i] < self.output[i]:
+                for s in self._seq_ids(i):
+                    self.alloc.append(s)
+                self.kv_len[i] += 1
+                plan.decodes.append(i)
+            plan.decode_seqs += n
+            plan.decode_context_tokens += self.kv_len[i] * n
+        plan.batch_requests = len(self.running)
+        return plan
+
+    # -- after the step -------------------------------------------------------------------------
+    def finish(self, plan: StepPlan, now: float) -> None:
+        """Emit the step's tokens at time `now` and retire finished requests."""
+        done = []
+        for i, _ in plan.prefills:
+            if self.prefill_left[i] == 0:
+                done.append(i)
+                if self.first_token_s[i] != self.first_token_s[i]:
+                    self.first_token_s[i] = now
+        done.extend(plan.decodes)
+        retire = []
+        for i in done:
+            g = self.generated[i] = self.generated[i] + 1
+            if g == self.output[i]:
+                retire.append(i)
+        if self.cfg.batching == "static":
+            if all(self.generated[i] >= self.output[i] for i in self.running):
+                retire = list(self.running)
+            else:
+                return
+        for i in retire:
+            self.running.remove(i)
+            for s in self._seq_ids(i):
+                self.alloc.free(s)
+            self.status[i], self.finished_s[i] = FINISHED, now
+            self.num_finished += 1
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _seq_ids(self, i: int) -> range:
+        return range(i * self.stride, i * self.stride + self.n[i])
+
+    def _num_seqs(self) -> int:
+        return sum(self.n[i] for i in self.running)
+
+    def head_of_queue(self) -> tuple[int, int]:
+        """(tokens needed now, peak tokens) of the request waiting first; (0, 0) when none."""
+        if not self.waiting:
+            return 0, 0
+        i = self.waiting[0]
+        return self.prompt[i] + self.generated[i], self.prompt[i] + self.output[i] - 1
