@@ -1,0 +1,121 @@
+"""KV-cache layout and kernel inputs built from allocator state (block ids per sequence).
+
+Caches are NHD: `[num_blocks, block_size, kv_heads, head_dim]`, one tensor for K and one for V (as vLLM's
+Triton backends and nano-vllm). Block tables are int32 padded with -1; slot mappings are int64 with
+`slot = block_id * block_size + offset` and -1 for padding tokens (skipped by `store_kv`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+PAD = -1
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold `num_tokens` tokens: ceil(num_tokens / block_size)."""
+    return math.ceil(num_tokens / block_size)
+
+
+def alloc_paged_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                      dtype: torch.dtype, device: str | torch.device,
+                      fill: str = "empty") -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V caches, each [num_blocks, block_size, num_kv_heads, head_dim]; fill "empty", "zeros" or "randn"."""
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    make = {"empty": torch.empty, "zeros": torch.zeros, "randn": torch.randn}[fill]
+    return make(shape, dtype=dtype, device=device), make(shape, dtype=dtype, device=device)
+
+
+def make_block_table(tables: Sequence[Sequence[int]], device: str | torch.device,
+                     max_blocks: int | None = None) -> torch.Tensor:
+    """Block table [num_seqs, max_blocks] int32 from per-sequence block ids, padded with -1.
+
+    `max_blocks` defaults to the longest table (at least 1); a longer table raises ValueError.
+    """
+    width = max([len(t) for t in tables] + [1]) if max_blocks is None else max_blocks
+    rows = []
+    for i, t in enumerate(tables):
+        if len(t) > width:
+            raise ValueError(f"sequence {i} has {len(t)} blocks, more than max_blocks={width}")
+        rows.append(list(t) + [PAD] * (width - len(t)))
+    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(tables), width)
+
+
+def make_seq_lens(lengths: Sequence[int], device: str | torch.device) -> torch.Tensor:
+    """Context lengths [num_seqs] int32 (tokens whose K/V the decode step reads, the new one included)."""
+    return torch.tensor(list(lengths), dtype=torch.int32, device=device)
+
+
+def slots_for(block_ids: Sequence[int], start: int, end: int, block_size: int) -> list[int]:
+    """Slots of token positions [start, end) of a sequence with table `block_ids`: id*bs + pos % bs."""
+    if end > len(block_ids) * block_size:
+        raise ValueError(f"position {end - 1} is past the {len(block_ids)} blocks of the table")
+    return [block_ids[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
+def make_slot_mapping(spans: Sequence[tuple[Sequence[int], int, int]], block_size: int,
+                      device: str | torch.device, pad_to: int | None = None) -> torch.Tensor:
+    """Slot mapping [num_tokens] int64 for new tokens; each span is (block_ids, start, end) of one sequence.
+
+    Tokens are in span order; `pad_to` appends -1 entries up to that length (padding, a no-op in store_kv).
+    """
+    slots = [s for ids, start, end in spans for s in slots_for(ids, start, end, block_size)]
+    if pad_to is not None:
+        if pad_to < len(slots):
+            raise ValueError(f"pad_to={pad_to} is shorter than the {len(slots)} tokens")
+        slots += [PAD] * (pad_to - len(slots))
+    return torch.tensor(slots, dtype=torch.int64, device=device)
+
+
+def sequential_tables(seq_lens: Sequence[int], block_size: int) -> list[list[int]]:
+    """Block ids 0, 1, 2, ... handed out in sequence order (what a fresh allocator would give)."""
+    tables, nxt = [], 0
+    for n in seq_lens:
+        k = blocks_needed(n, block_size)
+        tables.append(list(range(nxt, nxt + k)))
+        nxt += k
+    return tables
+
+
+def permuted_tables(seq_lens: Sequence[int], block_size: int, generator: torch.Generator,
+                    num_blocks: int | None = None) -> list[list[int]]:
+    """Unique block ids drawn from a random permutation of range(num_blocks) (default: exactly enough)."""
+    need = sum(blocks_needed(n, block_size) for n in seq_lens)
+    num_blocks = need if num_blocks is None else num_blocks
+    if num_blocks < need:
+        raise ValueError(f"{need} blocks needed, only {num_blocks} in the cache")
+    perm = torch.randperm(num_blocks, generator=generator)[:need].tolist()
+    tables, nxt = [], 0
+    for n in seq_lens:
+        k = blocks_needed(n, block_size)
+        tables.append(perm[nxt:nxt + k])
+        nxt += k
+    return tables
+
+
+def scatter_to_paged(k: torch.Tensor, seq_lens: Sequence[int], tables: Sequence[Sequence[int]],
+                     cache: torch.Tensor) -> None:
+    """Copy contiguous per-sequence K (or V) into a paged cache in place.
+
+    k: [num_seqs, S_max, kv_heads, head_dim]; cache: [num_blocks, block_size, kv_heads, head_dim].
+    """
+    bs = cache.shape[1]
+    flat = cache.view(-1, cache.shape[2], cache.shape[3])  # [num_blocks*bs, kv_heads, head_dim]
+    for i, (n, ids) in enumerate(zip(seq_lens, tables)):
+        slots = torch.tensor(slots_for(ids, 0, n, bs), dtype=torch.int64, device=cache.device)
+        flat[slots] = k[i, :n]
+
+
+def gather_contiguous(cache: torch.Tensor, seq_lens: Sequence[int], tables: Sequence[Sequence[int]]
+                      ) -> torch.Tensor:
+    """The inverse of `scatter_to_paged`: [num_seqs, max(seq_lens), kv_heads, head_dim], zero padded."""
+    bs = cache.shape[1]
+    flat = cache.view(-1, cache.shape[2], cache.shape[3])  # [num_blocks*bs, kv_heads, head_dim]
+    out = cache.new_zeros((len(seq_lens), max(seq_lens, default=0), cache.shape[2], cache.shape[3]))
+    for i, (n, ids) in enumerate(zip(seq_lens, tables)):
+        slots = torch.tensor(slots_for(ids, 0, n, bs), dtype=torch.int64, device=cache.device)
+        out[i, :n] = flat[slots]
+    return out
