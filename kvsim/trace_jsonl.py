@@ -1,0 +1,233 @@
+"""The kvsim JSONL trace format (DESIGN.md): read with validation, write.
+
+One JSON object per line. Required: `arrival_s` (seconds from the trace start, a number >= 0,
+non-decreasing), `prompt_tokens` and `output_tokens` (integers >= 1). Optional: `id` (string, unique;
+default the request's 1-based position), `n` and `beam_width` (integers >= 1, default 1), `prefix_group`
+(non-empty string) with `prefix_tokens` (integer in [1, prompt_tokens]; the two go together),
+`block_hashes` (list of integers, one per prompt block of the hash block size; not together with
+`prefix_group`). A null optional value means the field is absent; unknown fields are errors; blank
+lines are skipped. Every error is a `TraceError` naming file, line and field.
+
+Reading is columnar: chunks of lines are parsed as one JSON array each and checked vectorised, which
+loads a million requests in a few seconds (bench/trace_load.py). When anything fails that check the file
+is read again line by line, which reports the first bad line precisely.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import chain, islice
+from pathlib import Path
+
+import numpy as np
+
+from kvsim.trace import Trace, TraceError
+
+REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+OPTIONAL = ("id", "n", "beam_width", "prefix_group", "prefix_tokens", "block_hashes")
+KNOWN = frozenset(REQUIRED + OPTIONAL)
+MAX_TOKENS = 2**31 - 1          # larger lengths are certainly a mistake
+_INT64 = (-(2**63), 2**63 - 1)
+_CHUNK_LINES = 65536
+
+
+class _Fallback(Exception):
+    """The fast path met something it does not accept; the line scan will say what."""
+
+
+def read_jsonl(path: str | Path, *, hash_block_size: int | None = None) -> Trace:
+    """Read and validate a kvsim JSONL trace; `hash_block_size` (tokens) is what `block_hashes` used."""
+    path = Path(path)
+    try:
+        return _read_fast(path, hash_block_size)
+    except _Fallback:
+        return _read_by_line(path, hash_block_size)
+
+
+def write_jsonl(trace: Trace, path: str | Path) -> None:
+    """Write `trace` as kvsim JSONL; optional fields appear only where they differ from their default."""
+    has_ids, groups = trace.ids is not None, trace.prefix_group
+    with open(path, "w", encoding="utf-8") as f:
+        for start in range(0, len(trace), _CHUNK_LINES):
+            rows = range(start, min(start + _CHUNK_LINES, len(trace)))
+            arrival, prompt, output = (trace.arrival_s[rows.start:rows.stop].tolist(),
+                                       trace.prompt_tokens[rows.start:rows.stop].tolist(),
+                                       trace.output_tokens[rows.start:rows.stop].tolist())
+            lines = []
+            for k, i in enumerate(rows):
+                head = f'{{"id": {json.dumps(trace.ids[i])}, ' if has_ids else "{"
+                tail = ""
+                if trace.n[i] != 1:
+                    tail += f', "n": {trace.n[i]}'
+                if trace.beam_width[i] != 1:
+                    tail += f', "beam_width": {trace.beam_width[i]}'
+                if groups is not None and groups[i] >= 0:
+                    tail += (f', "prefix_group": {json.dumps(trace.prefix_group_names[groups[i]])}'
+                             f', "prefix_tokens": {trace.prefix_tokens[i]}')
+                if trace.hash_offsets is not None and trace.hash_offsets[i + 1] > trace.hash_offsets[i]:
+                    tail += f', "block_hashes": [{", ".join(map(str, trace.block_hashes(i).tolist()))}]'
+                lines.append(f'{head}"arrival_s": {arrival[k]!r}, "prompt_tokens": {prompt[k]}, '
+                             f'"output_tokens": {output[k]}{tail}}}\n')
+            f.write("".join(lines))
+
+
+def _types(values: list) -> set[type]:
+    return set(map(type, values))
+
+
+def _read_fast(path: Path, hbs: int | None) -> Trace:
+    cols: dict[str, list] = {k: [] for k in REQUIRED + OPTIONAL}
+    lengths: list[np.ndarray] = []
+    with open(path, encoding="utf-8") as f:
+        while lines := list(islice(f, _CHUNK_LINES)):
+            try:
+                recs = json.loads("[" + ",".join(lines) + "]")
+                if len(recs) != len(lines) or not set().union(*recs) <= KNOWN:
+                    raise _Fallback
+                for k in REQUIRED:
+                    cols[k].append([r[k] for r in recs])
+                for k in OPTIONAL:
+                    cols[k].append([r.get(k) for r in recs])
+            except (ValueError, TypeError, AttributeError, KeyError) as e:
+                raise _Fallback from e
+    flat = {k: list(chain.from_iterable(v)) for k, v in cols.items()}
+    if not flat["arrival_s"]:
+        raise _Fallback
+    if not (_types(flat["arrival_s"]) <= {int, float}
+            and all(_types(flat[k]) <= {int} for k in ("prompt_tokens", "output_tokens"))
+            and all(_types(flat[k]) <= {int, type(None)} for k in ("n", "beam_width", "prefix_tokens"))
+            and _types(flat["id"]) <= {str, type(None)}
+            and _types(flat["prefix_group"]) <= {str, type(None)}
+            and _types(flat["block_hashes"]) <= {list, type(None)}):
+        raise _Fallback
+    try:
+        return _build(flat, hbs, path, strict=True)
+    except (ValueError, OverflowError) as e:  # a vectorised check failed: let the line scan say where
+        raise _Fallback from e
+
+
+def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> Trace:
+    """Columns (lists, None for absent) to a Trace; with `strict`, raise ValueError on any rule broken."""
+    num = len(cols["arrival_s"])
+    arrival = np.array(cols["arrival_s"], dtype=np.float64)
+    prompt = np.array(cols["prompt_tokens"], dtype=np.int64)
+    output = np.array(cols["output_tokens"], dtype=np.int64)
+    opt = {k: np.array([1 if v is None else v for v in cols[k]], dtype=np.int64) for k in ("n", "beam_width")}
+    group_given = np.array([g is not None for g in cols["prefix_group"]], dtype=bool)
+    ptoks = np.array([0 if v is None else v for v in cols["prefix_tokens"]], dtype=np.int64)
+    hashes = cols["block_hashes"]
+    hash_len = np.array([0 if h is None else len(h) for h in hashes], dtype=np.int64)
+    ids = None
+    if any(v is not None for v in cols["id"]):
+        ids = [str(i + 1) if v is None else v for i, v in enumerate(cols["id"])]
+    if strict:
+        tokens_ok = all(np.all((a >= 1) & (a <= MAX_TOKENS)) for a in (prompt, output, *opt.values()))
+        hash_flat = list(chain.from_iterable(h for h in hashes if h))
+        if not (tokens_ok and np.all(np.isfinite(arrival)) and np.all(arrival >= 0)
+                and np.all(np.diff(arrival) >= 0)
+                and np.array_equal(group_given, np.array([v is not None for v in cols["prefix_tokens"]]))
+                and np.all((ptoks[group_given] >= 1) & (ptoks[group_given] <= prompt[group_given]))
+                and "" not in cols["prefix_group"]
+                and not np.any(group_given & (hash_len > 0))
+                and _types(hash_flat) <= {int}
+                and (hbs is None or np.all(hash_len <= -(-prompt // hbs)))
+                and (ids is None or len(set(ids)) == num)):
+            raise ValueError("invalid trace")
+    names: dict[str, int] = {}
+    codes = np.array([names.setdefault(g, len(names)) if g is not None else -1 for g in cols["prefix_group"]],
+                     dtype=np.int64)
+    offsets = values = None
+    if hash_len.any():
+        offsets = np.zeros(num + 1, dtype=np.int64)
+        np.cumsum(hash_len, out=offsets[1:])
+        values = np.fromiter(chain.from_iterable(h for h in hashes if h), dtype=np.int64, count=offsets[-1])
+    return Trace(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, n=opt["n"],
+                 beam_width=opt["beam_width"], prefix_tokens=ptoks, ids=ids,
+                 prefix_group=codes if names else None, prefix_group_names=tuple(names),
+                 hash_offsets=offsets, hash_values=values, hash_block_size=hbs, source=path.name)
+
+
+def _read_by_line(path: Path, hbs: int | None) -> Trace:
+    """The reference reader: one line at a time, raising TraceError at the first bad line."""
+    cols: dict[str, list] = {k: [] for k in REQUIRED + OPTIONAL}
+    seen_ids: dict[str, int] = {}
+    last_arrival, last_line = 0.0, 0
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(rec, dict):
+                raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+            row = _check_record(rec, where, hbs)
+            if row["arrival_s"] < last_arrival:
+                raise TraceError(f"{where}: field 'arrival_s' must be non-decreasing, got "
+                                 f"{row['arrival_s']!r} after {last_arrival!r} on line {last_line}")
+            last_arrival, last_line = row["arrival_s"], lineno
+            rid = row["id"] if row["id"] is not None else str(len(cols["arrival_s"]) + 1)
+            if rid in seen_ids:
+                raise TraceError(f"{where}: field 'id': {rid!r} is already the id of line {seen_ids[rid]} "
+                                 "(a request without an id is named by its 1-based position)")
+            seen_ids[rid] = lineno
+            for k, v in row.items():
+                cols[k].append(v)
+    if not cols["arrival_s"]:
+        raise TraceError(f"{path}:1: no requests (field 'arrival_s' never seen)")
+    return _build(cols, hbs, path, strict=False)
+
+
+def _int_field(rec: dict, key: str, where: str, low: int, high: int = MAX_TOKENS, high_name: str = "") -> int:
+    v = rec[key]
+    if type(v) is int and low <= v <= high:
+        return v
+    rule = f">= {low}" if type(v) is not int or v < low else f"<= {high}{high_name}"
+    raise TraceError(f"{where}: field {key!r} must be an integer {rule}, got {json.dumps(v)}")
+
+
+def _check_record(rec: dict, where: str, hbs: int | None) -> dict:
+    """Validate one parsed line; return its values with None for absent optional fields."""
+    unknown = sorted(rec.keys() - KNOWN)
+    if unknown:
+        raise TraceError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(REQUIRED + OPTIONAL)})")
+    for key in REQUIRED:
+        if key not in rec:
+            raise TraceError(f"{where}: missing required field {key!r}")
+    arrival = rec["arrival_s"]
+    if type(arrival) not in (int, float) or not math.isfinite(arrival) or arrival < 0:
+        raise TraceError(f"{where}: field 'arrival_s' must be a finite number >= 0 (seconds), "
+                         f"got {json.dumps(arrival)}")
+    row = {"arrival_s": float(arrival), "prompt_tokens": _int_field(rec, "prompt_tokens", where, 1),
+           "output_tokens": _int_field(rec, "output_tokens", where, 1)}
+    present = {k for k in OPTIONAL if rec.get(k) is not None}
+    row["n"] = _int_field(rec, "n", where, 1) if "n" in present else None
+    row["beam_width"] = _int_field(rec, "beam_width", where, 1) if "beam_width" in present else None
+    row["id"] = rec.get("id")
+    if row["id"] is not None and not isinstance(row["id"], str):
+        raise TraceError(f"{where}: field 'id' must be a string, got {json.dumps(row['id'])}")
+    row["prefix_group"], row["prefix_tokens"] = rec.get("prefix_group"), None
+    if ("prefix_group" in present) != ("prefix_tokens" in present):
+        missing = "prefix_tokens" if "prefix_group" in present else "prefix_group"
+        raise TraceError(f"{where}: field {missing!r} is required when "
+                         f"{'prefix_group' if missing == 'prefix_tokens' else 'prefix_tokens'!r} is given")
+    if "prefix_group" in present:
+        if not isinstance(row["prefix_group"], str) or not row["prefix_group"]:
+            raise TraceError(f"{where}: field 'prefix_group' must be a non-empty string, "
+                             f"got {json.dumps(row['prefix_group'])}")
+        row["prefix_tokens"] = _int_field(rec, "prefix_tokens", where, 1, row["prompt_tokens"], " (prompt_tokens)")
+    hashes = rec.get("block_hashes")
+    if hashes is not None:
+        if not isinstance(hashes, list) or any(type(h) is not int or not _INT64[0] <= h <= _INT64[1]
+                                               for h in hashes):
+            raise TraceError(f"{where}: field 'block_hashes' must be a list of 64-bit integers")
+        if hashes and "prefix_group" in present:
+            raise TraceError(f"{where}: field 'block_hashes' cannot be combined with 'prefix_group'")
+        if hbs is not None and len(hashes) > -(-row["prompt_tokens"] // hbs):
+            raise TraceError(f"{where}: field 'block_hashes' has {len(hashes)} entries, more than the "
+                             f"{-(-row['prompt_tokens'] // hbs)} blocks of {hbs} tokens in the prompt")
+    row["block_hashes"] = hashes
+    return row
