@@ -167,41 +167,62 @@ class PagedAllocator:
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether `seq_id` can grow by `num_tokens` slots: new blocks plus a copy-on-write copy fit."""
-        table = self._table(seq_id)
-        return self._blocks_needed(table, self._tokens[seq_id], num_tokens) <= self.num_free_blocks
+        table = self._tables.get(seq_id)
+        if table is None:
+            raise AllocationError(f"unknown sequence id {seq_id}")
+        tokens = self._tokens[seq_id]
+        if tokens + num_tokens < len(table) * self.block_size and self._ref[table[-1]] == 1:
+            return True   # fast path: room left in an unshared last block
+        return self._blocks_needed(table, tokens, num_tokens) <= self.num_free_blocks
 
     def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
         """Grow `seq_id` by `num_tokens` slots; returns [(src, dst)] when its shared, partly filled last
         block had to be copied first, else []."""
-        table = self._table(seq_id)
+        table = self._tables.get(seq_id)
+        if table is None:
+            raise AllocationError(f"unknown sequence id {seq_id}")
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
-        bs = self.block_size
         tokens = self._tokens[seq_id]
         new_tokens = tokens + num_tokens
+        if new_tokens < len(table) * self.block_size and self._ref[table[-1]] == 1:
+            # fast path: no new block, no copy, no block filled (that may register a prefix hash);
+            # reach grows only past the old final length
+            self._tokens[seq_id] = new_tokens
+            self._sum_tokens += num_tokens
+            final = self._final[seq_id]
+            if new_tokens > final:
+                self._final[seq_id] = new_tokens
+                self._sum_reach += new_tokens - final
+            return []
+        return self._grow(seq_id, table, tokens, new_tokens)
+
+    def _grow(self, seq_id: int, table: list[int], tokens: int, new_tokens: int) -> list[tuple[int, int]]:
+        """`append` past the fast path: takes blocks past a block boundary, copies a shared partly
+        filled last block, registers filled prompt blocks in the prefix cache."""
+        bs = self.block_size
+        need = self._blocks_needed(table, tokens, new_tokens - tokens)
+        if need > self.num_free_blocks:
+            raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
         final = self._final[seq_id]
         reach_before = min(final, len(table) * bs)
         copies = []
-        need = self._blocks_needed(table, tokens, num_tokens)
-        if need:
-            if need > self.num_free_blocks:
-                raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
-            if tokens % bs and self._ref[table[-1]] > 1:
-                src = table[-1]
-                self._ref[src] -= 1
-                table[-1] = dst = self._take()
-                copies.append((src, dst))
-                need -= 1
-            self._sum_blocks += need
-            for _ in range(need):
-                table.append(self._take())
+        if tokens % bs and self._ref[table[-1]] > 1:
+            src = table[-1]
+            self._ref[src] -= 1
+            table[-1] = dst = self._take()
+            copies.append((src, dst))
+            need -= 1
+        self._sum_blocks += need
+        for _ in range(need):
+            table.append(self._take())
         self._tokens[seq_id] = new_tokens
         if new_tokens > final:
             final = self._final[seq_id] = new_tokens
-        self._sum_tokens += num_tokens
+        self._sum_tokens += new_tokens - tokens
         self._sum_reach += min(final, len(table) * bs) - reach_before
-        if self._cache is not None and new_tokens // bs > tokens // bs and seq_id in self._hashes:
-            hashes = self._hashes[seq_id]
+        hashes = self._hashes.get(seq_id)
+        if hashes:
             for k in range(tokens // bs, min(new_tokens // bs, len(hashes))):
                 self._cache.register(hashes[k], table[k])
         return copies

@@ -1,0 +1,134 @@
+"""PagedAllocator: block-boundary growth, exact memory breakdown, fork sharing, copy-on-write, errors."""
+
+import pytest
+
+from kvsim.alloc import AllocationError, PagedAllocator
+
+
+def test_new_block_exactly_at_block_boundary():
+    a = PagedAllocator(num_blocks=8, block_size=4)
+    a.allocate(1, 4, 20)
+    assert a.block_table(1) == [0]
+    a.append(1)                       # 5th token crosses into a second block
+    assert a.block_table(1) == [0, 1]
+    a.append(1, 3)                    # 8 tokens: still two blocks
+    assert a.block_table(1) == [0, 1] and a.num_tokens(1) == 8
+    a.append(1)
+    assert a.block_table(1) == [0, 1, 2]
+    assert a.num_free_blocks == 5
+    a.check_invariants()
+
+
+def test_request_peaks_at_ceil_prompt_plus_output_minus_one_blocks():
+    prompt, outputs, bs = 10, 7, 4    # final = 16 slots = 4 blocks exactly
+    a = PagedAllocator(num_blocks=8, block_size=bs)
+    a.allocate(1, prompt, prompt + outputs - 1)
+    for _ in range(outputs - 1):      # prefill emits the first token; M - 1 decode steps
+        a.append(1)
+    assert a.num_tokens(1) == 16 and len(a.block_table(1)) == 4
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation) == (16, 0, 0)
+
+
+def test_stats_split_reserved_and_internal_fragmentation_of_last_block():
+    a = PagedAllocator(num_blocks=10, block_size=16)
+    a.allocate(1, 20, 30)             # 2 blocks = 32 slots: 20 written, 10 still to fill, 2 never
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation, s.external_fragmentation) == (20, 10, 2, 0)
+    assert (s.free, s.used_blocks, s.free_blocks, s.unshared_blocks) == (8 * 16, 2, 8, 2)
+    assert s.capacity_tokens == 160
+    a.append(1, 10)                   # at its final length: nothing reserved
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation) == (30, 0, 2)
+
+
+def test_fork_shares_blocks_and_append_copies_shared_partial_block():
+    a = PagedAllocator(num_blocks=6, block_size=4)
+    a.allocate(1, 6, 12)              # blocks 0 (full) and 1 (2 of 4 written)
+    a.fork(1, 2)
+    assert a.block_table(2) == [0, 1] and a.num_free_blocks == 4
+    s = a.stats()                     # shared blocks counted once
+    assert (s.token_states, s.reserved, s.internal_fragmentation) == (6, 2, 0)
+    assert (s.used_blocks, s.unshared_blocks) == (2, 4)
+    assert a.append(2) == [(1, 2)]    # copy-on-write: child moves to a private copy of block 1
+    assert a.block_table(2) == [0, 2] and a.block_table(1) == [0, 1]
+    assert a.append(1) == []          # block 1 is now the parent's alone: written in place
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.used_blocks, s.unshared_blocks) == (4 + 3 + 3, 1 + 1, 3, 4)
+    a.check_invariants()
+    a.free(1)
+    a.free(2)
+    assert a.num_free_blocks == 6
+    a.check_invariants()
+
+
+def test_fork_with_full_last_block_needs_no_copy():
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 8, 12)
+    a.fork(1, 2)
+    assert a.append(2) == [] and a.block_table(2) == [0, 1, 2]
+    a.check_invariants()
+
+
+def test_can_append_counts_the_copy_on_write_block():
+    a = PagedAllocator(num_blocks=2, block_size=4)
+    a.allocate(1, 6, 8)
+    a.fork(1, 2)
+    assert a.num_free_blocks == 0
+    assert not a.can_append(2)
+    with pytest.raises(AllocationError, match="1 blocks needed, 0 free"):
+        a.append(2)
+    assert a.num_tokens(2) == 6       # a failed append changes nothing
+    a.free(1)                         # block 1 unshared again: append in place
+    assert a.can_append(2) and a.append(2) == []
+    a.check_invariants()
+
+
+def test_out_of_blocks_is_a_predicate_then_an_error():
+    a = PagedAllocator(num_blocks=3, block_size=4)
+    assert a.can_allocate(12, 12) and not a.can_allocate(13, 13)
+    with pytest.raises(AllocationError, match="4 blocks needed, 3 free"):
+        a.allocate(1, 13, 13)
+    a.allocate(1, 12, 13)
+    assert not a.can_append(1)
+    with pytest.raises(AllocationError):
+        a.append(1)
+    a.check_invariants()
+
+
+def test_free_returns_blocks_for_reuse():
+    a = PagedAllocator(num_blocks=4, block_size=2)
+    a.allocate(1, 4, 4)
+    a.allocate(2, 4, 4)
+    a.free(1)
+    a.allocate(3, 3, 3)
+    assert sorted(a.block_table(3)) == [0, 1]
+    a.free(2)
+    a.free(3)
+    assert a.stats().free == 8
+    a.check_invariants()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda a: a.append(9), "unknown sequence id 9"),
+    (lambda a: a.can_append(9), "unknown sequence id 9"),
+    (lambda a: a.free(9), "unknown sequence id 9"),
+    (lambda a: a.block_table(9), "unknown sequence id 9"),
+    (lambda a: a.num_tokens(9), "unknown sequence id 9"),
+    (lambda a: a.fork(9, 10), "unknown sequence id 9"),
+    (lambda a: a.fork(1, 1), "sequence id 1 is already allocated"),
+    (lambda a: a.allocate(1, 2, 2), "sequence id 1 is already allocated"),
+    (lambda a: a.allocate(2, 0, 2), "num_tokens must be >= 1"),
+    (lambda a: a.append(1, 0), "num_tokens must be >= 1"),
+])
+def test_misuse_raises_allocation_error(call, match):
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 3, 5)
+    with pytest.raises(AllocationError, match=match):
+        call(a)
+    assert not a.can_fork(9) and a.can_fork(1)
+
+
+def test_bad_config_raises_value_error():
+    with pytest.raises(ValueError, match="block_size"):
+        PagedAllocator(num_blocks=4, block_size=0)

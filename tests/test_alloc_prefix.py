@@ -1,0 +1,108 @@
+"""Prefix caching in PagedAllocator: chained hashes, whole-block hits capped at floor((P-1)/bs),
+evictable cached blocks counted free, LRU eviction order."""
+
+import subprocess
+import sys
+
+from kvsim.alloc import PagedAllocator, chain_hashes
+
+
+def test_chain_hashes_are_chained_and_deterministic_across_processes():
+    h = chain_hashes([1, 2, 3])
+    assert h[:2] == chain_hashes([1, 2])
+    assert chain_hashes([2]) != h[1:2]                 # same block id, different parent
+    assert chain_hashes([1, 2]) != chain_hashes([2, 1])
+    assert all(0 <= x < 2 ** 64 for x in h)
+    other = subprocess.run([sys.executable, "-c", "from kvsim.alloc import chain_hashes;"
+                            "print(chain_hashes([1, 2, 3]))"], capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == str(h)
+
+
+def test_whole_block_hits_share_blocks():
+    a = PagedAllocator(num_blocks=12, block_size=16, prefix_caching=True)
+    assert a.allocate(1, 40, 50, block_hashes=[7, 8]) == 0
+    assert a.allocate(2, 40, 50, block_hashes=[7, 8]) == 32
+    assert a.block_table(2)[:2] == a.block_table(1)[:2] and a.block_table(2)[2] != a.block_table(1)[2]
+    s = a.stats()
+    assert (s.used_blocks, s.unshared_blocks, s.token_states) == (4, 6, 32 + 8 + 8)
+    assert a.allocate(3, 40, 50, block_hashes=[7, 9]) == 16      # diverges at the second block
+    assert a.allocate(4, 40, 50, block_hashes=[6, 8]) == 0       # chained: a different first block
+    a.check_invariants()
+
+
+def test_hits_are_capped_so_the_last_prompt_token_is_computed():
+    a = PagedAllocator(num_blocks=8, block_size=16, prefix_caching=True)
+    a.allocate(1, 40, 50, block_hashes=[7, 8])
+    assert a.allocate(2, 32, 40, block_hashes=[7, 8]) == 16      # floor(31 / 16) = 1 block
+    assert a.allocate(3, 33, 40, block_hashes=[7, 8]) == 32      # floor(32 / 16) = 2 blocks
+    a.check_invariants()
+
+
+def test_blocks_filled_by_append_are_registered():
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(1, 3, 10, block_hashes=[5, 6])    # block 0 not yet full, so not cached
+    a.append(1)                                   # fills block 0 -> registered
+    assert a.allocate(2, 5, 10, block_hashes=[5, 6]) == 4   # its block 1 is partial: not cached
+    assert a.block_table(2)[0] == a.block_table(1)[0]
+    a.append(1, 4)                                # fills block 1 -> registered
+    assert a.allocate(3, 9, 10, block_hashes=[5, 6]) == 8
+    assert a.block_table(3)[:2] == a.block_table(1)[:2]
+    a.check_invariants()
+
+
+def test_freed_cached_blocks_are_free_but_reusable():
+    a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
+    a.allocate(1, 9, 9, block_hashes=[1, 2])     # blocks 0, 1 cached; block 2 partial
+    a.free(1)
+    s = a.stats()
+    assert (s.free, s.free_blocks, s.cached_blocks, s.used_blocks) == (16, 4, 2, 0)
+    assert a.num_free_blocks == 4 and a.can_allocate(16, 16)
+    assert a.allocate(2, 9, 9, block_hashes=[1, 2]) == 8
+    assert a.block_table(2)[:2] == [0, 1] and a.stats().cached_blocks == 0
+    a.check_invariants()
+
+
+def test_eviction_is_least_recently_freed_first_tail_blocks_before_head():
+    a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
+    a.allocate(1, 8, 8, block_hashes=[1, 2])     # blocks 0, 1
+    a.allocate(2, 8, 8, block_hashes=[3, 4])     # blocks 2, 3
+    a.free(1)                                     # evictable order: 1, 0 (tail first)
+    a.free(2)                                     # then 3, 2
+    a.allocate(3, 4, 4)                           # evicts block 1 (prefix [1, 2]'s tail)
+    assert a.block_table(3) == [1]
+    a.allocate(4, 4, 4)                           # evicts block 0
+    assert a.block_table(4) == [0]
+    assert a.stats().cached_blocks == 2
+    assert a.allocate(5, 5, 5, block_hashes=[3, 4]) == 4          # block 2 survived; evicts block 3
+    assert a.block_table(5) == [2, 3] and a.stats().cached_blocks == 0
+    a.free(3)
+    a.free(4)
+    assert a.allocate(6, 5, 5, block_hashes=[1, 2]) == 0          # prefix [1, 2] was evicted
+    a.check_invariants()
+
+
+def test_plain_free_blocks_are_used_before_evicting():
+    a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
+    a.allocate(1, 4, 4, block_hashes=[1])
+    a.free(1)
+    a.allocate(2, 12, 12)
+    assert a.block_table(2) == [1, 2, 3] and a.stats().cached_blocks == 1
+    a.check_invariants()
+
+
+def test_duplicate_content_keeps_the_first_block_cached():
+    a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
+    a.allocate(1, 4, 5, block_hashes=[1])        # a 4-token prompt computes its only block
+    a.allocate(2, 4, 5, block_hashes=[1])        # cap floor(3 / 4) = 0: computed again, not cached
+    a.free(2)
+    a.free(1)
+    assert a.stats().cached_blocks == 1
+    assert a.allocate(3, 5, 5, block_hashes=[1]) == 4 and a.block_table(3)[0] == 0
+    a.check_invariants()
+
+
+def test_hashes_ignored_without_prefix_caching():
+    a = PagedAllocator(num_blocks=8, block_size=4)
+    a.allocate(1, 9, 9, block_hashes=[1, 2])
+    assert a.allocate(2, 9, 9, block_hashes=[1, 2]) == 0
+    assert a.stats().unshared_blocks == a.stats().used_blocks == 6
