@@ -1,0 +1,158 @@
+"""The roofline cost model on a tiny model and GPU whose step times can be computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsim import cost
+from kvsim.cost import ConstantCost, CostModel, default_paged_overhead
+from kvsim.specs import Deployment, GpuSpec, ModelSpec, get_gpu, get_model
+
+# 2 layers, 4 heads of 16: KV = 2 x 2 x 4 x 16 x 2 bytes = 512 bytes per token; 1e6 params = 2e6 bytes.
+TINY = ModelSpec("tiny", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
+                 dtype_bytes=2, max_seq_len=1024, num_params=1e6)
+# 1 TFLOP/s, 1 GB/s HBM, 0.1 GB/s PCIe: weights take 2 ms to read, a token's linear layers 2 us.
+TOY_GPU = GpuSpec("toy", memory_bytes=10**9, hbm_bytes_per_s=1e9, bf16_flops=1e12, pcie_bytes_per_s=1e8)
+OVERHEAD_S = 1e-3
+
+
+@pytest.fixture
+def ideal(monkeypatch):
+    """Every efficiency 1, every fixed time 0, no tiles, no activation traffic, all-reduce at 1 GB/s."""
+    for name, value in {"LINEAR_FLOP_EFFICIENCY": 1.0, "LINEAR_HBM_EFFICIENCY": 1.0, "LINEAR_FIXED_S": 0.0,
+                        "GEMM_TILE_TOKENS": 1, "ACTIVATION_HIDDENS_PER_TOKEN": 0,
+                        "PREFILL_ATTN_FLOP_EFFICIENCY": 1.0, "PREFILL_ATTN_FIXED_S": 0.0,
+                        "DECODE_ATTN_HBM_EFFICIENCY": 1.0, "DECODE_ATTN_FIXED_S": 0.0,
+                        "DECODE_ATTN_PER_SEQ_S": 0.0, "STORE_KV_HBM_EFFICIENCY": 1.0,
+                        "STORE_KV_FIXED_S": 0.0, "ALL_REDUCE_LATENCY_S": 0.0,
+                        "ALL_REDUCE_BUS_BYTES_PER_S": 1e9}.items():
+        monkeypatch.setattr(cost, name, value)
+
+
+def tiny_cost(tp=1, paged=False, block_size=16, **kw) -> CostModel:
+    return CostModel(Deployment(TINY, TOY_GPU, tp), block_size, paged, step_overhead_s=OVERHEAD_S, **kw)
+
+
+def test_memory_bound_decode_step_by_hand(ideal):
+    # 4 sequences, 400 KV tokens: weights 2e6 B / 1e9 = 2 ms (compute 4 x 2 us is less);
+    # KV read 400 x 512 B = 204.8 us; KV write 4 x 512 B = 2.048 us; plus 1 ms overhead.
+    assert tiny_cost().step_time(0, 0, 4, 400) == pytest.approx(1e-3 + 2e-3 + 204.8e-6 + 2.048e-6, rel=1e-12)
+
+
+def test_compute_bound_prefill_step_by_hand(ideal):
+    # 5000 tokens: 2 x 1e6 x 5000 FLOP / 1e12 = 10 ms (> 2 ms of weights); attention
+    # 4 x 2 layers x 4 heads x 16 x 5000^2 / 2 = 6.4e9 FLOP = 6.4 ms; KV write 5000 x 512 B = 2.56 ms.
+    assert tiny_cost().step_time(5000, 5000 * 5000, 0, 0) == pytest.approx(1e-3 + 10e-3 + 6.4e-3 + 2.56e-3,
+                                                                            rel=1e-12)
+
+
+def test_crossover_of_the_roofline(ideal):
+    model = tiny_cost()
+    assert model.linear_time(999) == pytest.approx(2e-3)          # memory bound below 1000 tokens
+    assert model.linear_time(1500) == pytest.approx(3e-3)         # compute bound above
+
+
+def test_default_fixed_times_tiles_and_activations(ideal, monkeypatch):
+    monkeypatch.setattr(cost, "LINEAR_FIXED_S", 1e-5)
+    monkeypatch.setattr(cost, "GEMM_TILE_TOKENS", 128)
+    # 1001 tokens compute as 1024 (2.048 ms > 2 ms of weights), plus 2 layers x 10 us.
+    assert tiny_cost().linear_time(1001) == pytest.approx(2e-5 + 2.048e-3)
+    monkeypatch.setattr(cost, "ACTIVATION_HIDDENS_PER_TOKEN", 16)
+    # 10 tokens: weights plus 10 x (16 x 64 x 2 B x 2 layers) of activations, plus 2 layers x 10 us.
+    assert tiny_cost().linear_time(10) == pytest.approx(2e-5 + 2e-3 + 10 * 4096 / 1e9)
+
+
+def test_tp2_halves_weight_traffic_and_kv_and_adds_all_reduce(ideal):
+    one, two = tiny_cost(tp=1), tiny_cost(tp=2)
+    assert two.linear_time(10) == pytest.approx(one.linear_time(10) / 2)
+    assert two.decode_attention_time(4, 400) == pytest.approx(one.decode_attention_time(4, 400) / 2)
+    assert one.all_reduce_time(10) == 0.0
+    # 2 all-reduces x 2 layers x 10 tokens x 64 x 2 B, ring factor 2(2-1)/2 = 1, at 1 GB/s.
+    assert two.all_reduce_time(10) == pytest.approx(2 * 2 * 10 * 64 * 2 / 1e9)
+
+
+def test_tp2_halves_weight_traffic_with_default_constants():
+    opt = get_model("opt-13b")
+    one = CostModel(Deployment(opt, get_gpu("a100-40gb"), 1), 16, paged=True)
+    two = CostModel(Deployment(opt, get_gpu("a100-40gb"), 2), 16, paged=True)
+    fixed = opt.num_layers * cost.LINEAR_FIXED_S
+    assert two.linear_time(1) - fixed == pytest.approx((one.linear_time(1) - fixed) / 2, rel=1e-3)
+
+
+def test_paged_overhead_shape():
+    f = default_paged_overhead
+    assert f(1) > f(2) > f(4) > f(8) > f(16) >= f(32) >= f(128) > 1.0
+    assert f(1) > 1.5 * f(16)                    # tiny blocks much slower
+    assert 1.20 <= f(16) <= 1.26                 # the paper: 20-26 % slower than FasterTransformer
+    assert f(16) - f(128) < 0.06                 # flat from 16 to 128
+    paged, contiguous = tiny_cost(paged=True, block_size=16), tiny_cost(paged=False, block_size=16)
+    assert contiguous.paged_overhead == 1.0
+    assert paged.decode_attention_time(8, 4000) == pytest.approx(f(16) * contiguous.decode_attention_time(8, 4000))
+
+
+def test_paged_overhead_only_touches_decode_attention():
+    paged, contiguous = tiny_cost(paged=True, block_size=1), tiny_cost(paged=False)
+    assert paged.step_time(300, 300 * 300, 0, 0) == contiguous.step_time(300, 300 * 300, 0, 0)
+    assert paged.step_time(0, 0, 4, 400) > contiguous.step_time(0, 0, 4, 400)
+
+
+steps = st.tuples(st.integers(0, 8192), st.integers(0, 2**24), st.integers(0, 512), st.integers(0, 2**20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=steps, extra=steps, paged=st.booleans(), tp=st.sampled_from([1, 2, 4]))
+def test_more_work_is_never_cheaper(base, extra, paged, tp):
+    model = CostModel(Deployment(get_model("opt-66b"), get_gpu("a100-80gb"), tp), 16, paged)
+    bigger = tuple(b + e for b, e in zip(base, extra))
+    assert model.step_time(*bigger) >= model.step_time(*base) >= model.step_overhead_s
+
+
+def test_empty_step_costs_the_overhead_only():
+    assert tiny_cost().step_time(0, 0, 0, 0) == OVERHEAD_S
+
+
+def test_swap_time_per_gpu_share_over_pcie():
+    # 100 tokens x 512 B at 1e8 B/s; with tp = 2 each GPU moves its 256 B per token in parallel.
+    assert tiny_cost().swap_time(100) == pytest.approx(5.12e-4)
+    assert tiny_cost(tp=2).swap_time(100) == pytest.approx(2.56e-4)
+
+
+def test_embeddings_are_not_linear_flops():
+    """OPT-13B's tied 50272 x 5120 table is read once (as the LM head) but not multiplied per token."""
+    a100 = get_gpu("a100-40gb")
+    model = CostModel(Deployment(get_model("opt-13b"), a100, 1), 16, paged=True)
+    per_token = (model.linear_time(8192) - model.linear_time(4096)) / 4096
+    linear_params = 12.85e9 - 50272 * 5120
+    assert per_token == pytest.approx(2 * linear_params / (a100.bf16_flops * cost.LINEAR_FLOP_EFFICIENCY))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
+        tiny_cost(block_size=0)
+    with pytest.raises(ValueError, match="step_overhead_s must be >= 0"):
+        CostModel(Deployment(TINY, TOY_GPU), 16, True, step_overhead_s=-1.0)
+
+
+def test_constant_cost():
+    c = ConstantCost(0.05, swap_s_per_token=1e-4)
+    assert c.step_time(2048, 2048 * 2048, 0, 0) == c.step_time(0, 0, 1, 1) == 0.05
+    assert c.swap_time(300) == pytest.approx(0.03)
+    assert ConstantCost(0.01).swap_time(300) == 0.0
+    with pytest.raises(ValueError, match="step_s must be positive"):
+        ConstantCost(0.0)
+    with pytest.raises(ValueError, match="swap_s_per_token must be >= 0"):
+        ConstantCost(0.01, swap_s_per_token=-1.0)
+
+
+def test_opt13b_sample_step_times_are_plausible():
+    """A decode step of 32 x 500 tokens reads 25.7 GB of weights at 1.24 TB/s (21 ms) and 12.8 GB of KV
+    at 1.48 TB/s x 1.23 paged (11 ms): 30-40 ms with fixed costs; a 2048-token prefill is compute bound
+    (~53 TFLOP at ~220 TFLOP/s: 0.2-0.3 s)."""
+    model = CostModel(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")), 16, paged=True)
+    assert 0.030 < model.step_time(0, 0, 32, 32 * 500) < 0.040
+    assert 0.2 < model.step_time(2048, 2048 * 2048, 0, 0) < 0.3
+    assert math.isclose(model.paged_overhead, default_paged_overhead(16))
