@@ -203,7 +203,8 @@ class Trace:
             ratio = hbs // block_size
             count = min(num_full, len(hashes) * ratio)
             sub = np.arange(count, dtype=np.uint64)
-            keys = _mix64(hashes.view(np.uint64)[sub // np.uint64(ratio)] ^ _SALT_HASH)
+            salt = _SALT_HASH ^ np.uint64(ratio << 48)  # sub-block k covers a different span per ratio
+            keys = _mix64(hashes.view(np.uint64)[sub // np.uint64(ratio)] ^ salt)
             return _mix64(keys + sub % np.uint64(ratio)).tolist()
         if self.prefix_group is not None and self.prefix_group[i] >= 0:
             count = int(self.prefix_tokens[i]) // block_size

@@ -96,6 +96,8 @@ def read_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
         return _finish(path, fmt, seconds, frame["ContextTokens"], frame["GeneratedTokens"])
     lengths = (frame["num_prefill_tokens"], frame["num_decode_tokens"])
     if "arrived_at" in frame:
+        if rate is not None:
+            raise TraceError(f"{path}:1: rate applies only to files without timestamps (this one has 'arrived_at')")
         seconds = _numbers(path, "arrived_at", frame["arrived_at"])
         _check_order(path, "arrived_at", seconds)
         return _finish(path, fmt, seconds - seconds[0], *lengths)
