@@ -151,7 +151,7 @@ class Scheduler:
             if self.prefill_left[i]:
                 k += 1
                 continue
-            seqs = self._seq_ids(i)
+            seqs = self.seq_ids(i)
             while not all(alloc.can_append(s) for s in seqs):
                 preempted = True
                 victim = self.running[-1]
@@ -198,7 +198,7 @@ class Scheduler:
             if not alloc.can_allocate(need, final) or not self._can_fork(i):
                 break
             self.waiting.popleft()
-            seqs = self._seq_ids(i)
+            seqs = self.seq_ids(i)
             ids = self.block_ids(i) if self.block_ids else ()
             cached = alloc.allocate(seqs[0], need, final, ids)
             for s in seqs[1:]:
@@ -220,7 +220,7 @@ class Scheduler:
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
         self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
-        for s in self._seq_ids(i):
+        for s in self.seq_ids(i):
             self.alloc.free(s)
         self.preemptions[i] += 1
         self.num_preemptions += 1
@@ -239,7 +239,7 @@ class Scheduler:
         (each sample is restored unshared)."""
         while self.swapped:
             i = self.swapped[0]
-            kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self._seq_ids(i)
+            kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self.seq_ids(i)
             if not self.alloc.can_allocate((kv + 1) * len(seqs), final * len(seqs)):
                 break
             self.swapped.popleft()
@@ -272,7 +272,7 @@ class Scheduler:
         for i in self.running:
             n = self.n[i]
             if self.generated[i] < self.output[i]:
-                for s in self._seq_ids(i):
+                for s in self.seq_ids(i):
                     self.alloc.append(s)
                 self.kv_len[i] += 1
                 plan.decodes.append(i)
@@ -303,13 +303,14 @@ class Scheduler:
                 return
         for i in retire:
             self.running.remove(i)
-            for s in self._seq_ids(i):
+            for s in self.seq_ids(i):
                 self.alloc.free(s)
             self.status[i], self.finished_s[i] = FINISHED, now
             self.num_finished += 1
 
     # -- helpers --------------------------------------------------------------------------------
-    def _seq_ids(self, i: int) -> range:
+    def seq_ids(self, i: int) -> range:
+        """Sequence ids of request `i` (one per sample), as the allocator knows them."""
         return range(i * self.stride, i * self.stride + self.n[i])
 
     def _num_seqs(self) -> int:

@@ -7,7 +7,8 @@ import pytest
 
 from kvsim.cost import ConstantCost
 from kvsim.scheduler import SchedulerConfig
-from kvsim.sim import CacheConfig, SimConfig, simulate
+from kvsim.config import CacheConfig, SimConfig
+from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace import Trace
 

@@ -1,0 +1,88 @@
+"""Run configuration (frozen dataclasses) and the SimPy-free parts a run is built from.
+
+`build_run` turns a trace and a `SimConfig` into allocator, scheduler and cost model; the SimPy engine
+(`kvsim.sim`) and the GPU harness replay (which must not need SimPy) both start from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from kvsim.alloc import ALLOCATORS, make_allocator
+from kvsim.calibration import Calibration
+from kvsim.cost import CostModel
+from kvsim.scheduler import Scheduler, SchedulerConfig
+from kvsim.specs import GIB, Deployment
+from kvsim.trace import Trace
+
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """KV cache: allocator kind and policy, block size (tokens), capacity source, CPU swap space."""
+
+    allocator: str = "paged"
+    block_size: int = 16
+    reserve: str = "max"            # contiguous only: max | pow2 | oracle
+    placement: str = "buddy"        # contiguous only: buddy | first-fit
+    prefix_caching: bool = False
+    kv_gib: float | None = None     # KV memory of the whole deployment, GiB
+    num_blocks: int | None = None   # blocks of the whole deployment
+    gpu_mem_util: float = 0.9
+    swap_gib: float = 4.0           # CPU swap space per GPU, GiB (vLLM's default)
+
+    def __post_init__(self) -> None:
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}")
+        if self.block_size < 1:
+            raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
+        if self.swap_gib < 0:
+            raise ValueError(f"swap space must be >= 0 GiB, got {self.swap_gib}")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything one run needs besides the trace."""
+
+    deployment: Deployment
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    calibration: Calibration | None = None
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        """The resolved configuration, JSON-ready (written as `config.json`)."""
+        d = asdict(self)
+        d["calibration"] = None if self.calibration is None else self.calibration.source
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """The plain-Python pieces of one run; `capacity_tokens` is the KV size in slots."""
+
+    allocator: object
+    scheduler: Scheduler
+    cost: CostModel
+    capacity_tokens: int
+    block_size: int
+
+
+def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
+    """Allocator, scheduler and cost model for `trace` under `cfg` (nothing has run yet)."""
+    dep, cache = cfg.deployment, cfg.cache
+    paged = cache.allocator == "paged"
+    block_size = cache.block_size if paged else 1
+    capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util)
+    capacity -= capacity % block_size
+    alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
+                           max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
+                           placement=cache.placement, prefix_caching=cache.prefix_caching)
+    swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.model.kv_bytes_per_token())
+    block_ids = None
+    if cache.prefix_caching:
+        def block_ids(i: int) -> list[int]:
+            return trace.prompt_block_ids(i, cache.block_size)
+    sched = Scheduler(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids)
+    cost = CostModel(dep, cache.block_size, paged, cfg.calibration)
+    return RunParts(alloc, sched, cost, capacity, block_size)
