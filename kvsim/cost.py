@@ -43,8 +43,8 @@ PREFILL_ATTN_FIXED_S = 3.0e-5
 #: bandwidth, so a contiguous kernel is taken to be no slower; the paged default below adds the paper's
 #: overhead on top (docs/cost-model.md states the resulting gap).
 DECODE_ATTN_HBM_EFFICIENCY = 0.95
-DECODE_ATTN_FIXED_S = 8.0e-6      # per layer: one kernel launch (anchor: batch 1, 32 tokens, 9 us)
-DECODE_ATTN_PER_SEQ_S = 1.0e-6    # per sequence per layer (anchors at 32 tokens: 9 us -> 128 us, batch 1 -> 86)
+DECODE_ATTN_FIXED_S = 8.0e-6      # per layer, one launch (anchor: batch 1 at 32 tokens, 9 us)
+DECODE_ATTN_PER_SEQ_S = 1.0e-6    # per sequence per layer (at 32 tokens: batch 1 -> 86, 9 -> 128 us)
 
 #: Paged/contiguous decode attention time is PAGED_OVERHEAD_FLOOR + PAGED_OVERHEAD_BLOCK / block_size:
 #: 1.23 at block 16 (vLLM paper, Kwon et al. SOSP'23, Sec. 7.1: the PagedAttention kernel is 20-26 %
