@@ -17,10 +17,22 @@ Invariants (checked by `check_invariants`):
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
 from .prefix import PrefixCache, chain_hashes
+
+
+@dataclass(slots=True)
+class _Seq:
+    """A live sequence's mutable state: its block table, slots written, peak slots (>= tokens) and
+    the chained hashes of its prompt blocks (prefix caching only; never mutated, so forks share it)."""
+
+    table: list[int]
+    tokens: int
+    final: int
+    hashes: list[int]
 
 
 class PagedAllocator:
@@ -35,10 +47,7 @@ class PagedAllocator:
         self.capacity_tokens = num_blocks * block_size
         self._free: deque[int] = deque(range(num_blocks))   # plain free blocks, taken from the left
         self._ref = [0] * num_blocks                          # block id -> number of tables holding it
-        self._tables: dict[int, list[int]] = {}
-        self._tokens: dict[int, int] = {}                     # slots written
-        self._final: dict[int, int] = {}                      # peak slots, >= tokens
-        self._hashes: dict[int, list[int]] = {}               # chained hashes of prompt blocks
+        self._seqs: dict[int, _Seq] = {}
         self._cache = PrefixCache(num_blocks) if prefix_caching else None
         self._sum_tokens = 0
         self._sum_reach = 0
@@ -54,16 +63,15 @@ class PagedAllocator:
 
     def block_table(self, seq_id: int) -> list[int]:
         """A copy of `seq_id`'s block ids, in token order."""
-        return list(self._table(seq_id))
+        return list(self._seq(seq_id).table)
 
     def num_tokens(self, seq_id: int) -> int:
         """Slots `seq_id` holds written."""
-        self._table(seq_id)
-        return self._tokens[seq_id]
+        return self._seq(seq_id).tokens
 
-    def _table(self, seq_id: int) -> list[int]:
+    def _seq(self, seq_id: int) -> _Seq:
         try:
-            return self._tables[seq_id]
+            return self._seqs[seq_id]
         except KeyError:
             raise AllocationError(f"unknown sequence id {seq_id}") from None
 
@@ -79,7 +87,7 @@ class PagedAllocator:
         """Give `seq_id` blocks for `num_tokens` slots, reusing cached leading blocks whose chained
         `block_hashes` (one content id per full prompt block) hit, at most floor((num_tokens - 1) /
         block_size) of them; returns the cached tokens (hit blocks x block_size)."""
-        if seq_id in self._tables:
+        if seq_id in self._seqs:
             raise AllocationError(f"sequence id {seq_id} is already allocated")
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
@@ -98,14 +106,10 @@ class PagedAllocator:
                 cache.reuse(block)
             ref[block] += 1
         table = hits + [self._take() for _ in range(num_new)]
-        self._tables[seq_id] = table
-        self._tokens[seq_id] = num_tokens
         final = max(final_tokens, num_tokens)
-        self._final[seq_id] = final
-        if hashes:
-            self._hashes[seq_id] = hashes
-            for k in range(len(hits), min(num_tokens // bs, len(hashes))):
-                cache.register(hashes[k], table[k])
+        self._seqs[seq_id] = _Seq(table, num_tokens, final, hashes)
+        for k in range(len(hits), min(num_tokens // bs, len(hashes))):
+            cache.register(hashes[k], table[k])
         self._sum_tokens += num_tokens
         self._sum_reach += min(final, len(table) * bs)
         self._sum_blocks += len(table)
@@ -113,42 +117,35 @@ class PagedAllocator:
 
     def can_fork(self, parent_id: int) -> bool:
         """Forking shares every block, so it needs no free block (copy-on-write happens on append)."""
-        return parent_id in self._tables
+        return parent_id in self._seqs
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """Make `child_id` share all of `parent_id`'s blocks (reference counts + 1)."""
-        table = self._table(parent_id)
-        if child_id in self._tables:
+        parent = self._seq(parent_id)
+        if child_id in self._seqs:
             raise AllocationError(f"sequence id {child_id} is already allocated")
         ref = self._ref
-        for block in table:
+        for block in parent.table:
             ref[block] += 1
-        self._tables[child_id] = list(table)
-        tokens = self._tokens[child_id] = self._tokens[parent_id]
-        final = self._final[child_id] = self._final[parent_id]
-        if parent_id in self._hashes:
-            self._hashes[child_id] = self._hashes[parent_id]   # never mutated, so shared
-        self._sum_tokens += tokens
-        self._sum_reach += min(final, len(table) * self.block_size)
-        self._sum_blocks += len(table)
+        self._seqs[child_id] = _Seq(list(parent.table), parent.tokens, parent.final, parent.hashes)
+        self._sum_tokens += parent.tokens
+        self._sum_reach += min(parent.final, len(parent.table) * self.block_size)
+        self._sum_blocks += len(parent.table)
 
     def free(self, seq_id: int) -> None:
         """Drop `seq_id`'s references; blocks no one holds become free (cached ones evictable, the
         sequence's last block first, so the tail of a prefix is evicted before its head)."""
-        table = self._table(seq_id)
-        del self._tables[seq_id]
-        tokens = self._tokens.pop(seq_id)
-        final = self._final.pop(seq_id)
-        self._hashes.pop(seq_id, None)
+        seq = self._seq(seq_id)
+        del self._seqs[seq_id]
         ref = self._ref
         cache = self._cache
-        for block in reversed(table):
+        for block in reversed(seq.table):
             ref[block] -= 1
             if ref[block] == 0 and (cache is None or not cache.park(block)):
                 self._free.append(block)
-        self._sum_tokens -= tokens
-        self._sum_reach -= min(final, len(table) * self.block_size)
-        self._sum_blocks -= len(table)
+        self._sum_tokens -= seq.tokens
+        self._sum_reach -= min(seq.final, len(seq.table) * self.block_size)
+        self._sum_blocks -= len(seq.table)
 
     def _take(self) -> int:
         """A fresh block with reference count 1: a plain free one, else the LRU evictable one."""
@@ -158,54 +155,53 @@ class PagedAllocator:
 
     # ---- append (the per-step hot path) --------------------------------------------------------
 
-    def _blocks_needed(self, table: list[int], tokens: int, num_tokens: int) -> int:
+    def _blocks_needed(self, seq: _Seq, num_tokens: int) -> int:
         bs = self.block_size
-        need = (tokens + num_tokens + bs - 1) // bs - len(table)
-        if tokens % bs and self._ref[table[-1]] > 1:
+        need = (seq.tokens + num_tokens + bs - 1) // bs - len(seq.table)
+        if seq.tokens % bs and self._ref[seq.table[-1]] > 1:
             need += 1     # copy-on-write of the shared, partly filled last block
         return need
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether `seq_id` can grow by `num_tokens` slots: new blocks plus a copy-on-write copy fit."""
-        table = self._tables.get(seq_id)
-        if table is None:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
-        tokens = self._tokens[seq_id]
-        if tokens + num_tokens < len(table) * self.block_size and self._ref[table[-1]] == 1:
+        table = seq.table
+        if seq.tokens + num_tokens < len(table) * self.block_size and self._ref[table[-1]] == 1:
             return True   # fast path: room left in an unshared last block
-        return self._blocks_needed(table, tokens, num_tokens) <= self.num_free_blocks
+        return self._blocks_needed(seq, num_tokens) <= self.num_free_blocks
 
     def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
         """Grow `seq_id` by `num_tokens` slots; returns [(src, dst)] when its shared, partly filled last
         block had to be copied first, else []."""
-        table = self._tables.get(seq_id)
-        if table is None:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
-        tokens = self._tokens[seq_id]
-        new_tokens = tokens + num_tokens
+        new_tokens = seq.tokens + num_tokens
+        table = seq.table
         if new_tokens < len(table) * self.block_size and self._ref[table[-1]] == 1:
             # fast path: no new block, no copy, no block filled (that may register a prefix hash);
             # reach grows only past the old final length
-            self._tokens[seq_id] = new_tokens
+            seq.tokens = new_tokens
             self._sum_tokens += num_tokens
-            final = self._final[seq_id]
-            if new_tokens > final:
-                self._final[seq_id] = new_tokens
-                self._sum_reach += new_tokens - final
+            if new_tokens > seq.final:
+                self._sum_reach += new_tokens - seq.final
+                seq.final = new_tokens
             return []
-        return self._grow(seq_id, table, tokens, new_tokens)
+        return self._grow(seq_id, seq, new_tokens)
 
-    def _grow(self, seq_id: int, table: list[int], tokens: int, new_tokens: int) -> list[tuple[int, int]]:
+    def _grow(self, seq_id: int, seq: _Seq, new_tokens: int) -> list[tuple[int, int]]:
         """`append` past the fast path: takes blocks past a block boundary, copies a shared partly
         filled last block, registers filled prompt blocks in the prefix cache."""
         bs = self.block_size
-        need = self._blocks_needed(table, tokens, new_tokens - tokens)
+        tokens, table = seq.tokens, seq.table
+        need = self._blocks_needed(seq, new_tokens - tokens)
         if need > self.num_free_blocks:
             raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
-        final = self._final[seq_id]
-        reach_before = min(final, len(table) * bs)
+        reach_before = min(seq.final, len(table) * bs)
         copies = []
         if tokens % bs and self._ref[table[-1]] > 1:
             src = table[-1]
@@ -216,15 +212,13 @@ class PagedAllocator:
         self._sum_blocks += need
         for _ in range(need):
             table.append(self._take())
-        self._tokens[seq_id] = new_tokens
-        if new_tokens > final:
-            final = self._final[seq_id] = new_tokens
+        seq.tokens = new_tokens
+        seq.final = max(seq.final, new_tokens)
         self._sum_tokens += new_tokens - tokens
-        self._sum_reach += min(final, len(table) * bs) - reach_before
-        hashes = self._hashes.get(seq_id)
-        if hashes:
-            for k in range(tokens // bs, min(new_tokens // bs, len(hashes))):
-                self._cache.register(hashes[k], table[k])
+        self._sum_reach += min(seq.final, len(table) * bs) - reach_before
+        hashes = seq.hashes
+        for k in range(tokens // bs, min(new_tokens // bs, len(hashes))):
+            self._cache.register(hashes[k], table[k])
         return copies
 
     # ---- accounting ----------------------------------------------------------------------------
@@ -251,15 +245,14 @@ class PagedAllocator:
         filled; a shared one counts once, reached as far as its furthest-reaching holder."""
         bs = self.block_size
         partial: dict[int, tuple[int, int]] = {}   # block -> (fill, reach within block)
-        for seq_id, table in self._tables.items():
-            allocated = len(table) * bs
-            tokens = self._tokens[seq_id]
-            if tokens < allocated:
+        for seq in self._seqs.values():
+            allocated = len(seq.table) * bs
+            if seq.tokens < allocated:
                 base = allocated - bs
-                reach = min(self._final[seq_id], allocated) - base
-                block = table[-1]
+                reach = min(seq.final, allocated) - base
+                block = seq.table[-1]
                 if block not in partial or reach > partial[block][1]:
-                    partial[block] = (tokens - base, reach)
+                    partial[block] = (seq.tokens - base, reach)
         unwritten = sum(bs - fill for fill, _ in partial.values())
         unreached = sum(bs - reach for _, reach in partial.values())
         return used * bs - unwritten, used * bs - unreached
@@ -272,13 +265,16 @@ class PagedAllocator:
         evictable = set(self._cache.evictable_blocks()) if self._cache is not None else set()
         counts = [0] * self.num_blocks
         holders: dict[int, set[tuple[int, int]]] = {}    # block -> {(index, fill)}
-        for seq_id, table in self._tables.items():
-            tokens, final = self._tokens[seq_id], self._final[seq_id]
+        reach_of: dict[int, int] = {}                      # block -> furthest slot a holder will fill in it
+        for seq_id, seq in self._seqs.items():
+            tokens, final, table = seq.tokens, seq.final, seq.table
             assert len(table) == -(-tokens // bs), f"seq {seq_id}: {len(table)} blocks for {tokens} tokens"
             assert tokens <= final, f"seq {seq_id}: {tokens} tokens past its final {final}"
             for k, block in enumerate(table):
                 counts[block] += 1
                 holders.setdefault(block, set()).add((k, min(bs, tokens - k * bs)))
+                reach = min(bs, min(final, len(table) * bs) - k * bs)
+                reach_of[block] = max(reach_of.get(block, 0), reach)
         assert counts == self._ref, "reference counts differ from the number of tables holding blocks"
         used = {b for b in range(self.num_blocks) if counts[b]}
         assert not used & free and not used & evictable and not free & evictable, "block sets overlap"
@@ -290,20 +286,16 @@ class PagedAllocator:
             for block in used:
                 if self._cache.cached_hash(block) is not None:
                     assert next(iter(holders[block]))[1] == bs, f"cached block {block} is not full"
-        assert self._sum_tokens == sum(self._tokens.values()), "token counter drifted"
-        assert self._sum_blocks == sum(map(len, self._tables.values())), "block counter drifted"
-        assert self._sum_reach == sum(min(self._final[s], len(t) * bs) for s, t in self._tables.items()), \
-            "reach counter drifted"
-        written = reached = 0
-        for block, positions in holders.items():
-            k, fill = next(iter(positions))
-            written += fill
-            reached += max(min(self._final[s], len(t) * bs) - k * bs
-                           for s, t in self._tables.items() if len(t) > k and t[k] == block) if fill < bs else bs
+        seqs = self._seqs.values()
+        assert self._sum_tokens == sum(s.tokens for s in seqs), "token counter drifted"
+        assert self._sum_blocks == sum(len(s.table) for s in seqs), "block counter drifted"
+        assert self._sum_reach == sum(min(s.final, len(s.table) * bs) for s in seqs), "reach counter drifted"
+        written = sum(next(iter(positions))[1] for positions in holders.values())
+        reached = sum(reach_of.values())
         stats = self.stats()
         assert (stats.token_states, stats.reserved, stats.internal_fragmentation) == \
             (written, reached - written, len(used) * bs - reached), f"stats {stats} disagree with a recount"
         assert stats.token_states + stats.reserved + stats.internal_fragmentation + \
             stats.external_fragmentation + stats.free == self.capacity_tokens, "categories do not sum to capacity"
-        if not self._tables:
+        if not self._seqs:
             assert not used, "blocks leaked after every sequence was freed"
