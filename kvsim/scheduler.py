@@ -144,28 +144,38 @@ class Scheduler:
         return plan
 
     def _grow_running(self, plan: StepPlan) -> bool:
-        """Give each decoding sequence its next slot, preempting from the back when memory runs out."""
-        alloc, preempted, k = self.alloc, False, 0
-        while k < len(self.running):
-            i = self.running[k]
+        """Give each decoding sequence its next slot, preempting from the back when memory runs out.
+        (The hot loop of the simulator: one pass over the batch, plain integer work.)"""
+        alloc, running, kv_len, stride = self.alloc, self.running, self.kv_len, self.stride
+        can_append, append = alloc.can_append, alloc.append
+        decodes, preempted, k = plan.decodes, False, 0
+        seqs = context = 0
+        while k < len(running):
+            i = running[k]
             if self.prefill_left[i]:
                 k += 1
                 continue
-            seqs = self.seq_ids(i)
-            while not all(alloc.can_append(s) for s in seqs):
+            n = self.n[i]
+            first = i * stride
+            while not all(can_append(s) for s in range(first, first + n)) if n > 1 else not can_append(first):
                 preempted = True
-                victim = self.running[-1]
+                victim = running[-1]
                 self._preempt(victim, plan)
                 if victim == i:
                     break
             else:
-                for s in seqs:
-                    alloc.append(s)
-                kv = self.kv_len[i] = self.kv_len[i] + 1
-                plan.decodes.append(i)
-                plan.decode_seqs += len(seqs)
-                plan.decode_context_tokens += kv * len(seqs)
+                if n == 1:
+                    append(first)
+                else:
+                    for s in range(first, first + n):
+                        append(s)
+                kv = kv_len[i] = kv_len[i] + 1
+                decodes.append(i)
+                seqs += n
+                context += kv * n
                 k += 1
+        plan.decode_seqs += seqs
+        plan.decode_context_tokens += context
         return preempted
 
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
