@@ -83,12 +83,13 @@ def _read_fast(path: Path, hbs: int | None) -> Trace:
         while lines := list(islice(f, _CHUNK_LINES)):
             try:
                 recs = json.loads("[" + ",".join(lines) + "]")
-                if len(recs) != len(lines) or not set().union(*recs) <= KNOWN:
+                keys = set().union(*recs)
+                if len(recs) != len(lines) or not keys <= KNOWN:
                     raise _Fallback
                 for k in REQUIRED:
                     cols[k].append([r[k] for r in recs])
                 for k in OPTIONAL:
-                    cols[k].append([r.get(k) for r in recs])
+                    cols[k].append([r.get(k) for r in recs] if k in keys else [None] * len(recs))
             except (ValueError, TypeError, AttributeError, KeyError) as e:
                 raise _Fallback from e
     flat = {k: list(chain.from_iterable(v)) for k, v in cols.items()}
@@ -113,20 +114,21 @@ def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> 
     arrival = np.array(cols["arrival_s"], dtype=np.float64)
     prompt = np.array(cols["prompt_tokens"], dtype=np.int64)
     output = np.array(cols["output_tokens"], dtype=np.int64)
-    opt = {k: np.array([1 if v is None else v for v in cols[k]], dtype=np.int64) for k in ("n", "beam_width")}
-    group_given = np.array([g is not None for g in cols["prefix_group"]], dtype=bool)
-    ptoks = np.array([0 if v is None else v for v in cols["prefix_tokens"]], dtype=np.int64)
+    opt = {k: _ints_or(cols[k], 1) for k in ("n", "beam_width")}
+    group_given = _given(cols["prefix_group"])
+    ptoks = _ints_or(cols["prefix_tokens"], 0)
     hashes = cols["block_hashes"]
-    hash_len = np.array([0 if h is None else len(h) for h in hashes], dtype=np.int64)
+    hash_len = (np.zeros(num, dtype=np.int64) if hashes.count(None) == num
+                else np.array([0 if h is None else len(h) for h in hashes], dtype=np.int64))
     ids = None
-    if any(v is not None for v in cols["id"]):
+    if cols["id"].count(None) != num:
         ids = [str(i + 1) if v is None else v for i, v in enumerate(cols["id"])]
     if strict:
         tokens_ok = all(np.all((a >= 1) & (a <= MAX_TOKENS)) for a in (prompt, output, *opt.values()))
         hash_flat = list(chain.from_iterable(h for h in hashes if h))
         if not (tokens_ok and np.all(np.isfinite(arrival)) and np.all(arrival >= 0)
                 and np.all(np.diff(arrival) >= 0)
-                and np.array_equal(group_given, np.array([v is not None for v in cols["prefix_tokens"]]))
+                and np.array_equal(group_given, _given(cols["prefix_tokens"]))
                 and np.all((ptoks[group_given] >= 1) & (ptoks[group_given] <= prompt[group_given]))
                 and "" not in cols["prefix_group"]
                 and not np.any(group_given & (hash_len > 0))
@@ -135,7 +137,7 @@ def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> 
                 and (ids is None or len(set(ids)) == num)):
             raise ValueError("invalid trace")
     names: dict[str, int] = {}
-    codes = np.array([names.setdefault(g, len(names)) if g is not None else -1 for g in cols["prefix_group"]],
+    codes = None if not group_given.any() else np.array([names.setdefault(g, len(names)) if g is not None else -1 for g in cols["prefix_group"]],
                      dtype=np.int64)
     offsets = values = None
     if hash_len.any():
@@ -144,8 +146,22 @@ def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> 
         values = np.fromiter(chain.from_iterable(h for h in hashes if h), dtype=np.int64, count=offsets[-1])
     return Trace(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, n=opt["n"],
                  beam_width=opt["beam_width"], prefix_tokens=ptoks, ids=ids,
-                 prefix_group=codes if names else None, prefix_group_names=tuple(names),
+                 prefix_group=codes, prefix_group_names=tuple(names),
                  hash_offsets=offsets, hash_values=values, hash_block_size=hbs, source=path.name)
+
+
+def _given(values: list) -> np.ndarray:
+    """Which entries are not None (bool [N]); fast when none are."""
+    if values.count(None) == len(values):
+        return np.zeros(len(values), dtype=bool)
+    return np.array([v is not None for v in values], dtype=bool)
+
+
+def _ints_or(values: list, default: int) -> np.ndarray:
+    """int64 [N] with None replaced by `default`; fast when every entry is None."""
+    if values.count(None) == len(values):
+        return np.full(len(values), default, dtype=np.int64)
+    return np.array([default if v is None else v for v in values], dtype=np.int64)
 
 
 def _read_by_line(path: Path, hbs: int | None) -> Trace:
