@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Device check on a GPU machine: kernel correctness at real shapes, then calibration.
+#
+# Needs: python3 with torch, triton, numpy, typer, rich (no simpy, no network, kvsim not installed);
+# the repository root as the working directory; $OUT an output folder. Writes there:
+#   device_check.log (steps and exit codes), versions.txt, check.log, calibrate.log,
+#   calibration-<gpu>.json.
+# Budget: under 8 minutes in all (check <= 240 s, calibrate <= 240 s).
+set -uo pipefail
+: "${OUT:?set OUT to an output folder}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COLUMNS=200  # wide rich tables in the logs
+log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/device_check.log"; }
+
+log "start in $PWD"
+"$PY" - >"$OUT/versions.txt" 2>&1 <<'PYEOF'
+import platform, sys, torch, triton
+import gpu_harness.calibrate, gpu_harness.check, gpu_harness.cli, gpu_harness.kernels
+assert "simpy" not in sys.modules, "the harness imported simpy"
+print("python", platform.python_version(), "torch", torch.__version__, "triton", triton.__version__)
+assert torch.cuda.is_available(), "no CUDA device visible to torch"
+print("device", torch.cuda.get_device_name())
+PYEOF
+rc=$?; cat "$OUT/versions.txt" | tee -a "$OUT/device_check.log"
+if [ $rc -ne 0 ]; then log "environment check failed ($rc)"; exit 2; fi
+
+GPU=$("$PY" -c "import torch; from gpu_harness.bench import guess_gpu_preset as g; n = torch.cuda.get_device_name(); print(g(n) or n.lower().replace(' ', '-'))")
+log "gpu preset: $GPU"
+
+log "check --full"
+timeout 240 "$PY" -m gpu_harness check --full >"$OUT/check.log" 2>&1
+check_rc=$?; tail -n 3 "$OUT/check.log" | tee -a "$OUT/device_check.log"; log "check exit $check_rc"
+
+log "calibrate"
+timeout 240 "$PY" -m gpu_harness calibrate --out "$OUT/calibration-$GPU.json" >"$OUT/calibrate.log" 2>&1
+cal_rc=$?; tail -n 12 "$OUT/calibrate.log" | tee -a "$OUT/device_check.log"; log "calibrate exit $cal_rc"
+
+# REPLAY: add the trace replay here once gpu_harness/replay.py exists, e.g.
+# timeout 120 "$PY" -m gpu_harness replay traces/<trace>.jsonl --out "$OUT/replay-$GPU.csv" >"$OUT/replay.log" 2>&1
+
+log "done"
+[ $check_rc -eq 0 ] && [ $cal_rc -eq 0 ]
