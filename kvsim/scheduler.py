@@ -205,14 +205,13 @@ class Scheduler:
                 break
             if not cfg.chunked_prefill and need > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
-            if not alloc.can_allocate(need, final) or not self._can_fork(i):
+            if not alloc.can_allocate(need, final):
+                break
+            seqs = self.seq_ids(i)
+            cached = alloc.allocate(seqs[0], need, final, self.block_ids(i) if self.block_ids else ())
+            if not self._fork_samples(seqs):
                 break
             self.waiting.popleft()
-            seqs = self.seq_ids(i)
-            ids = self.block_ids(i) if self.block_ids else ()
-            cached = alloc.allocate(seqs[0], need, final, ids)
-            for s in seqs[1:]:
-                alloc.fork(seqs[0], s)
             self.prefix_hit_tokens += cached
             self.kv_len[i], self.prefill_left[i] = need, need - cached
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
@@ -220,12 +219,16 @@ class Scheduler:
             self.running.append(i)
             budget -= self._prefill_chunk(i, plan, budget)
 
-    def _can_fork(self, i: int) -> bool:
-        """Contiguous allocators copy on fork, so a request's samples need room up front."""
-        if self.n[i] == 1 or hasattr(self.alloc, "block_table"):
-            return True
-        final = self.prompt[i] + self.output[i] - 1
-        return self.alloc.can_allocate(self.n[i] * final, self.n[i] * final)
+    def _fork_samples(self, seqs: range) -> bool:
+        """Fork the request's other samples from its first sequence; undo all and return False when
+        one does not fit (contiguous allocators copy the whole reservation)."""
+        for k, s in enumerate(seqs[1:], start=1):
+            if not self.alloc.can_fork(seqs[0]):
+                for t in seqs[:k]:
+                    self.alloc.free(t)
+                return False
+            self.alloc.fork(seqs[0], s)
+        return True
 
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""

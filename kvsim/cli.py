@@ -1,0 +1,182 @@
+"""The `kvsim` command line: run, compare, and the trace and harness sub-commands.
+
+Every error a user can cause (a bad trace line, an unknown preset, a bad flag value) is printed as one
+clear message on stderr and ends the program with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvsim.calibration import load_calibration
+from kvsim.cli_trace import trace_app
+from kvsim.output import Progress, error, print_comparison, print_summary, write_outputs
+from kvsim.scheduler import SchedulerConfig
+from kvsim.config import CacheConfig, SimConfig
+from kvsim.sim import simulate
+from kvsim.specs import Deployment, get_gpu, get_model, load_hf_config
+from kvsim.trace import load_trace
+
+app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
+                  no_args_is_help=True, add_completion=False)
+app.add_typer(trace_app, name="trace")
+try:  # the harness commands import torch/triton lazily, inside each command
+    from gpu_harness.cli import harness_app
+    app.add_typer(harness_app, name="harness")
+except ImportError:  # pragma: no cover - gpu_harness is shipped in the same distribution
+    pass
+
+
+class AllocatorKind(str, Enum):
+    paged = "paged"
+    contiguous = "contiguous"
+
+
+class Reserve(str, Enum):
+    max = "max"
+    pow2 = "pow2"
+    oracle = "oracle"
+
+
+class Placement(str, Enum):
+    buddy = "buddy"
+    first_fit = "first-fit"
+
+
+class Preemption(str, Enum):
+    recompute = "recompute"
+    swap = "swap"
+
+
+class Batching(str, Enum):
+    continuous = "continuous"
+    static = "static"
+
+
+TraceArg = typer.Argument(..., help="Trace file: kvsim JSONL, Azure CSV, Mooncake JSONL or Vidur CSV.")
+ModelOpt = typer.Option("opt-13b", "--model", help="Model preset (e.g. opt-13b, llama-3-8b).")
+ModelConfigOpt = typer.Option(None, "--model-config", help="Hugging Face config.json (overrides --model).")
+GpuOpt = typer.Option("a100-40gb", "--gpu", help="GPU preset (e.g. a100-40gb, h100-80gb, h200).")
+TpOpt = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs).")
+KvGibOpt = typer.Option(None, "--kv-gib", help="KV memory of the whole deployment, GiB.")
+NumBlocksOpt = typer.Option(None, "--num-blocks", help="KV blocks of the whole deployment.")
+MemUtilOpt = typer.Option(0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights + KV, when no "
+                          "--kv-gib/--num-blocks.")
+BlockOpt = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens.")
+SeqsOpt = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences in one batch.")
+TokensOpt = typer.Option(8192, "--max-batched-tokens", min=1, help="Most tokens computed in one step.")
+ChunkOpt = typer.Option(False, "--chunked-prefill/--no-chunked-prefill", help="Split prompts over steps.")
+PreemptOpt = typer.Option(Preemption.recompute, "--preemption", help="How to evict when memory runs out.")
+SwapOpt = typer.Option(4.0, "--swap-gib", min=0.0, help="CPU swap space per GPU, GiB.")
+PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", help="Reuse cached prompt blocks.")
+CalOpt = typer.Option(None, "--calibration", help="Calibration JSON from `kvsim harness calibrate`.")
+ForceCalOpt = typer.Option(False, "--force-calibration", help="Accept interpreter (CPU) timings anyway.")
+FormatOpt = typer.Option("auto", "--format", help="Trace format: auto, jsonl, azure, mooncake, vidur.")
+HashBlockOpt = typer.Option(None, "--hash-block-size", min=1, help="Tokens per block of the trace's "
+                            "block_hashes (Mooncake: 512; default: the trace's own, else --block-size).")
+JsonOpt = typer.Option(None, "--json", help="Write the summary as JSON here.")
+QuietOpt = typer.Option(False, "--quiet", help="No progress bar and no table.")
+
+
+def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
+           max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
+           force_calibration, seed) -> SimConfig:
+    spec = load_hf_config(model_config) if model_config else get_model(model)
+    cal = load_calibration(calibration, force=force_calibration) if calibration else None
+    return SimConfig(
+        deployment=Deployment(spec, get_gpu(gpu), tp),
+        cache=CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
+                          gpu_mem_util=gpu_mem_util, swap_gib=swap_gib, prefix_caching=prefix_caching),
+        scheduler=SchedulerConfig(max_num_seqs, max_batched_tokens, chunked_prefill, preemption.value),
+        calibration=cal, seed=seed)
+
+
+@app.command()
+def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
+        gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
+        num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
+        allocator: AllocatorKind = typer.Option(AllocatorKind.paged, "--allocator", help="KV allocator."),
+        batching: Batching = typer.Option(Batching.continuous, "--batching", help="Batching policy."),
+        reserve: Reserve = typer.Option(Reserve.max, "--reserve", help="Contiguous reservation policy."),
+        placement: Placement = typer.Option(Placement.buddy, "--placement", help="Contiguous placement."),
+        block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
+        chunked_prefill: bool = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
+        prefix_caching: bool = PrefixOpt, calibration: Optional[Path] = CalOpt,
+        force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
+        trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
+        json_out: Optional[Path] = JsonOpt,
+        out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
+                                           "requests.csv and steps.csv."),
+        quiet: bool = QuietOpt) -> None:
+    """Replay TRACE through one serving configuration and report memory, latency and throughput."""
+    try:
+        cfg = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
+                     max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
+                     prefix_caching, calibration, force_calibration, seed)
+        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
+                                         placement=placement.value),
+                      scheduler=replace(cfg.scheduler, batching=batching.value))
+        tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
+            result = simulate(tr, cfg, progress)
+    except ValueError as exc:
+        error(str(exc))
+    if out is not None:
+        write_outputs(out, result, cfg)
+    if json_out is not None:
+        json_out.write_text(json.dumps(result.summary, indent=2))
+    if not quiet:
+        print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
+                      f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+
+
+#: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).
+COMPARED = {
+    "paged": ({"allocator": "paged"}, {}),
+    "contiguous-max": ({"allocator": "contiguous", "reserve": "max"}, {}),
+    "contiguous-pow2": ({"allocator": "contiguous", "reserve": "pow2"}, {}),
+    "contiguous-oracle": ({"allocator": "contiguous", "reserve": "oracle"}, {}),
+    "static": ({"allocator": "contiguous", "reserve": "max"}, {"batching": "static"}),
+}
+
+
+@app.command()
+def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
+            gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
+            num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
+            block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
+            chunked_prefill: bool = ChunkOpt, preemption: Preemption = PreemptOpt,
+            swap_gib: float = SwapOpt, prefix_caching: bool = PrefixOpt,
+            calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
+            trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
+            json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
+    """Run paged, the three contiguous reservations and static batching on TRACE, side by side."""
+    summaries = {}
+    try:
+        base = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
+                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
+                      prefix_caching, calibration, force_calibration, 0)
+        tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        for name, (cache, sched) in COMPARED.items():
+            cfg = replace(base, cache=replace(base.cache, **cache),
+                          scheduler=replace(base.scheduler, **sched))
+            with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet,
+                          label=name) as progress:
+                summaries[name] = simulate(tr, cfg, progress).summary
+            if json_out is not None:   # partial results survive an error in a later run
+                json_out.write_text(json.dumps(summaries, indent=2))
+    except ValueError as exc:
+        error(str(exc))
+    if not quiet:
+        print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
+                         f"{base.deployment.tp} x {base.deployment.gpu.name}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,115 @@
+"""What the CLI shows and writes: rich tables, a lazy progress bar, error exits, result files."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+#: Wall-clock seconds a run must last before a progress bar appears.
+PROGRESS_AFTER_S = 2.0
+
+
+def error(message: str, code: int = 2) -> None:
+    """Print `message` on stderr and exit with `code` (non-zero)."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+class Progress:
+    """A progress bar over simulated time that shows itself only on a terminal, and only once the run
+    has lasted PROGRESS_AFTER_S; call it with the current simulated time (s)."""
+
+    def __init__(self, total_s: float, enabled: bool = True, label: str = "simulating"):
+        self.total_s, self.label = max(total_s, 1e-9), label
+        self.enabled = enabled and sys.stdout.isatty()
+        self.bar: RichProgress | None = None
+        self.start = time.perf_counter()
+
+    def __enter__(self) -> "Progress | None":
+        return self if self.enabled else None
+
+    def __call__(self, now_s: float) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.start < PROGRESS_AFTER_S:
+                return
+            self.bar = RichProgress(TextColumn(self.label), BarColumn(), TextColumn("{task.description}"),
+                                    TimeElapsedColumn(), console=console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=self.total_s)
+        self.bar.update(self.task, completed=min(now_s, self.total_s),
+                        description=f"t = {now_s:,.0f} / {self.total_s:,.0f} s")
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _rows(s: dict) -> list[tuple[str, str]]:
+    kv, frac = s["kv"], s["kv"]["mean_fraction"]
+    def q(d, unit="s"):
+        return "-" if d["p50"] is None else f"{d['p50']:.3f} / {d['p90']:.3f} / {d['p99']:.3f} {unit}"
+    norm = s["normalized_latency_s_per_token"]
+    return [
+        ("requests finished / total", f"{s['requests_finished']:,} / {s['requests_total']:,}"),
+        ("requests rejected", f"{s['requests_rejected']:,}"),
+        ("simulated duration", f"{s['duration_s']:,.1f} s"),
+        ("throughput", f"{s['throughput_rps']:.2f} req/s, {s['throughput_tokens_per_s']:,.0f} tok/s"),
+        ("batch size mean / max", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"),
+        ("normalized latency", "-" if norm is None else f"{norm:.4f} s/token"),
+        ("TTFT p50/p90/p99", q(s["ttft_s"])),
+        ("TPOT p50/p90/p99", q(s["tpot_s"])),
+        ("end-to-end p50/p90/p99", q(s["e2e_s"])),
+        ("preemptions", f"{s['preemptions']:,}"),
+        ("KV capacity", f"{kv['capacity_tokens']:,} tokens ({kv['num_blocks']:,} blocks of {kv['block_size']})"),
+        ("KV token states", f"{frac['token_states']:.1%}"),
+        ("KV reserved", f"{frac['reserved']:.1%}"),
+        ("KV internal fragmentation", f"{frac['internal_fragmentation']:.1%}"),
+        ("KV external fragmentation", f"{frac['external_fragmentation']:.1%}"),
+        ("KV free", f"{frac['free']:.1%}"),
+        ("KV peak allocated", f"{kv['peak_allocated_fraction']:.1%}"),
+        ("sharing saved", f"{kv['sharing_saved_fraction']:.1%}"),
+        ("prefix-cache hit tokens", f"{s['prefix_cache_hit_tokens']:,}"),
+        ("engine steps / wall time", f"{s['engine_steps']:,} / {s['sim_wall_s']:.2f} s"),
+    ]
+
+
+def print_summary(summary: dict, title: str) -> None:
+    """The summary of one run as a two-column table."""
+    table = Table(title=title, show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    for name, value in _rows(summary):
+        table.add_row(name, value)
+    console.print(table)
+
+
+def print_comparison(summaries: dict[str, dict], title: str) -> None:
+    """Several runs' summaries side by side, one column each."""
+    table = Table(title=title)
+    table.add_column("metric", style="bold")
+    rows = {name: _rows(s) for name, s in summaries.items()}
+    for name in summaries:
+        table.add_column(name, justify="right")
+    for k, (metric, _) in enumerate(next(iter(rows.values()), [])):
+        table.add_row(metric, *(rows[name][k][1] for name in summaries))
+    console.print(table)
+
+
+def write_outputs(out: Path, result, cfg) -> None:
+    """`summary.json`, `config.json`, `requests.csv` and `steps.csv` into folder `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+    result.requests.to_csv(out / "requests.csv", index=False)
+    result.steps.to_csv(out / "steps.csv", index=False)
