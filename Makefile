@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/kvsim trace stats traces/sharegpt_2rps_10min.jsonl
+	$(BIN)/kvsim compare traces/sharegpt_2rps_10min.jsonl --model opt-13b --gpu a100-40gb --kv-gib 12
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -13,7 +13,8 @@ from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-console = Console()
+#: Wide enough for `kvsim compare`'s five columns even when output is not a terminal.
+console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True)
 
 #: Wall-clock seconds a run must last before a progress bar appears.
@@ -56,31 +57,35 @@ class Progress:
 
 
 def _rows(s: dict) -> list[tuple[str, str]]:
+    """(metric, value) pairs, compact enough for five runs side by side in a 100-column terminal."""
     kv, frac = s["kv"], s["kv"]["mean_fraction"]
-    def q(d, unit="s"):
-        return "-" if d["p50"] is None else f"{d['p50']:.3f} / {d['p90']:.3f} / {d['p99']:.3f} {unit}"
+
+    def q(d: dict, *keys: str) -> str:
+        return "-" if d["p50"] is None else " / ".join(f"{d[k]:.3g}" for k in keys)
+
     norm = s["normalized_latency_s_per_token"]
     return [
-        ("requests finished / total", f"{s['requests_finished']:,} / {s['requests_total']:,}"),
-        ("requests rejected", f"{s['requests_rejected']:,}"),
-        ("simulated duration", f"{s['duration_s']:,.1f} s"),
-        ("throughput", f"{s['throughput_rps']:.2f} req/s, {s['throughput_tokens_per_s']:,.0f} tok/s"),
-        ("batch size mean / max", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"),
-        ("normalized latency", "-" if norm is None else f"{norm:.4f} s/token"),
-        ("TTFT p50/p90/p99", q(s["ttft_s"])),
-        ("TPOT p50/p90/p99", q(s["tpot_s"])),
-        ("end-to-end p50/p90/p99", q(s["e2e_s"])),
+        ("finished / total", f"{s['requests_finished']:,} / {s['requests_total']:,}"),
+        ("rejected", f"{s['requests_rejected']:,}"),
+        ("duration (s)", f"{s['duration_s']:,.1f}"),
+        ("throughput (req/s)", f"{s['throughput_rps']:.3g}"),
+        ("throughput (tok/s)", f"{s['throughput_tokens_per_s']:,.0f}"),
+        ("batch mean / max", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"),
+        ("norm. latency (s/tok)", "-" if norm is None else f"{norm:.4g}"),
+        ("TTFT p50 / p99 (s)", q(s["ttft_s"], "p50", "p99")),
+        ("TPOT p50 / p99 (s)", q(s["tpot_s"], "p50", "p99")),
+        ("e2e p50 / p99 (s)", q(s["e2e_s"], "p50", "p99")),
         ("preemptions", f"{s['preemptions']:,}"),
-        ("KV capacity", f"{kv['capacity_tokens']:,} tokens ({kv['num_blocks']:,} blocks of {kv['block_size']})"),
+        ("KV capacity (tokens)", f"{kv['capacity_tokens']:,}"),
         ("KV token states", f"{frac['token_states']:.1%}"),
         ("KV reserved", f"{frac['reserved']:.1%}"),
-        ("KV internal fragmentation", f"{frac['internal_fragmentation']:.1%}"),
-        ("KV external fragmentation", f"{frac['external_fragmentation']:.1%}"),
+        ("KV internal frag.", f"{frac['internal_fragmentation']:.1%}"),
+        ("KV external frag.", f"{frac['external_fragmentation']:.1%}"),
         ("KV free", f"{frac['free']:.1%}"),
         ("KV peak allocated", f"{kv['peak_allocated_fraction']:.1%}"),
         ("sharing saved", f"{kv['sharing_saved_fraction']:.1%}"),
-        ("prefix-cache hit tokens", f"{s['prefix_cache_hit_tokens']:,}"),
-        ("engine steps / wall time", f"{s['engine_steps']:,} / {s['sim_wall_s']:.2f} s"),
+        ("prefix-cache hits (tok)", f"{s['prefix_cache_hit_tokens']:,}"),
+        ("steps / wall (s)", f"{s['engine_steps']:,} / {s['sim_wall_s']:.2f}"),
     ]
 
 
@@ -97,10 +102,10 @@ def print_summary(summary: dict, title: str) -> None:
 def print_comparison(summaries: dict[str, dict], title: str) -> None:
     """Several runs' summaries side by side, one column each."""
     table = Table(title=title)
-    table.add_column("metric", style="bold")
+    table.add_column("metric", style="bold", no_wrap=True)
     rows = {name: _rows(s) for name, s in summaries.items()}
     for name in summaries:
-        table.add_column(name, justify="right")
+        table.add_column(name.replace("-", "\n", 1), justify="right", no_wrap=True)
     for k, (metric, _) in enumerate(next(iter(rows.values()), [])):
         table.add_row(metric, *(rows[name][k][1] for name in summaries))
     console.print(table)
