@@ -1,7 +1,8 @@
 """Covers: the allocator hot paths the engine calls every step (can_append + append per running
 sequence, stats() once per step).
-Scenario: a paged pool (block size 16) with about 200 live sequences decoding one token per step;
-a finished sequence is freed and replaced by a new one, so blocks churn. Prints appends/s and stats()/s.
+Scenario: a paged pool (block size 16) with 200 live sequences decoding one token per step: first the
+allocator calls alone, then an engine-like loop where a finished sequence is freed and replaced by a
+new one (blocks churn), timing stats() once per step apart. Prints appends/s and stats()/s.
 
 Run: .venv/bin/python bench/alloc_speed.py [--appends 3000000] [--fork]
 """
@@ -59,12 +60,30 @@ def run(num_appends: int, num_seqs: int, fork: bool, seed: int = 0) -> None:
           f"(incl. loop, admission, free); {steps:,} stats() = {steps / stats_s / 1e3:.1f} k stats/s")
 
 
+def tight(num_appends: int, num_seqs: int) -> None:
+    """The allocator calls alone: `can_append` + `append` over `num_seqs` long sequences."""
+    steps = num_appends // num_seqs
+    alloc = PagedAllocator(num_blocks=num_seqs * (steps + 200) // 16 + num_seqs, block_size=16)
+    ids = list(range(num_seqs))
+    for seq_id in ids:
+        alloc.allocate(seq_id, 100, 100 + steps)
+    can_append, append = alloc.can_append, alloc.append
+    start = time.perf_counter()
+    for _ in range(steps):
+        for seq_id in ids:
+            if can_append(seq_id):
+                append(seq_id)
+    total_s = time.perf_counter() - start
+    print(f"paged, tight loop of can_append+append only: {steps * num_seqs / total_s / 1e6:.2f} M appends/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appends", type=int, default=3_000_000)
     parser.add_argument("--seqs", type=int, default=200)
     parser.add_argument("--fork", action="store_true", help="also run with forked pairs (shared blocks)")
     args = parser.parse_args()
+    tight(args.appends, args.seqs)
     run(args.appends, args.seqs, fork=False)
     if args.fork:
         run(args.appends, args.seqs, fork=True)

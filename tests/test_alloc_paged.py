@@ -66,7 +66,11 @@ def test_fork_with_full_last_block_needs_no_copy():
     a = PagedAllocator(num_blocks=4, block_size=4)
     a.allocate(1, 8, 12)
     a.fork(1, 2)
+    s = a.stats()                     # two full shared blocks, counted once
+    assert (s.token_states, s.reserved, s.internal_fragmentation, s.used_blocks, s.unshared_blocks) == (8, 0, 0, 2, 4)
     assert a.append(2) == [] and a.block_table(2) == [0, 1, 2]
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation, s.free) == (9, 3, 0, 4)
     a.check_invariants()
 
 

@@ -11,7 +11,11 @@ Invariants (checked by `check_invariants`):
 - all holders of a block hold it at the same index with the same fill (copy-on-write keeps partly
   filled shared blocks unwritten), so only last blocks are partly filled;
 - `_sum_tokens`, `_sum_reach` and `_sum_blocks` equal their sums over live sequences, where a
-  sequence's reach is min(final, allocated slots): the slots it holds that it will have filled.
+  sequence's reach is min(final, allocated slots): the slots it holds that it will have filled;
+- `_excess` = sum over full blocks of (reference count - 1) x block_size (what those sums count twice),
+  `_shared_partial` = the number of partly filled blocks with reference count > 1. A block's fill never
+  changes while it is shared, so both are kept exactly at every reference-count change, and `stats()`
+  is O(1) unless `_shared_partial` > 0 (a fork's last block before its first copy-on-write).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class PagedAllocator:
         self._sum_tokens = 0
         self._sum_reach = 0
         self._sum_blocks = 0
+        self._excess = 0
+        self._shared_partial = 0
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -101,9 +107,11 @@ class PagedAllocator:
             raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, "
                                   f"{self.num_free_blocks - evictable_hits} free")
         ref = self._ref
-        for block in hits:
+        for block in hits:               # hits are full blocks
             if ref[block] == 0:
                 cache.reuse(block)
+            else:
+                self._excess += bs
             ref[block] += 1
         table = hits + [self._take() for _ in range(num_new)]
         final = max(final_tokens, num_tokens)
@@ -127,6 +135,10 @@ class PagedAllocator:
         ref = self._ref
         for block in parent.table:
             ref[block] += 1
+        num_full = parent.tokens // self.block_size
+        self._excess += num_full * self.block_size
+        if num_full < len(parent.table) and ref[parent.table[-1]] == 2:
+            self._shared_partial += 1
         self._seqs[child_id] = _Seq(list(parent.table), parent.tokens, parent.final, parent.hashes)
         self._sum_tokens += parent.tokens
         self._sum_reach += min(parent.final, len(parent.table) * self.block_size)
@@ -139,10 +151,19 @@ class PagedAllocator:
         del self._seqs[seq_id]
         ref = self._ref
         cache = self._cache
+        bs = self.block_size
+        partial_last = seq.tokens % bs != 0
         for block in reversed(seq.table):
             ref[block] -= 1
-            if ref[block] == 0 and (cache is None or not cache.park(block)):
-                self._free.append(block)
+            if ref[block] == 0:
+                if cache is None or not cache.park(block):
+                    self._free.append(block)
+            elif partial_last:
+                if ref[block] == 1:
+                    self._shared_partial -= 1
+            else:
+                self._excess -= bs
+            partial_last = False
         self._sum_tokens -= seq.tokens
         self._sum_reach -= min(seq.final, len(seq.table) * self.block_size)
         self._sum_blocks -= len(seq.table)
@@ -206,6 +227,8 @@ class PagedAllocator:
         if tokens % bs and self._ref[table[-1]] > 1:
             src = table[-1]
             self._ref[src] -= 1
+            if self._ref[src] == 1:
+                self._shared_partial -= 1
             table[-1] = dst = self._take()
             copies.append((src, dst))
             need -= 1
@@ -224,14 +247,14 @@ class PagedAllocator:
     # ---- accounting ----------------------------------------------------------------------------
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
-        """Memory breakdown in token slots, shared blocks counted once; O(1) while no block is shared,
-        O(live sequences) otherwise. Paged memory has no external fragmentation, so `head_*` is unused."""
+        """Memory breakdown in token slots, shared blocks counted once; O(1) unless a partly filled
+        block is shared (then O(live sequences)). Paged memory has no external fragmentation, so `head_*` is unused."""
         bs = self.block_size
         num_cached = self._cache.num_evictable if self._cache is not None else 0
         num_free = len(self._free) + num_cached
         used = self.num_blocks - num_free
-        if self._sum_blocks == used:      # every used block has reference count 1
-            tokens, reach = self._sum_tokens, self._sum_reach
+        if not self._shared_partial:
+            tokens, reach = self._sum_tokens - self._excess, self._sum_reach - self._excess
         else:
             tokens, reach = self._shared_sums(used)
         return MemoryStats(
@@ -290,6 +313,11 @@ class PagedAllocator:
         assert self._sum_tokens == sum(s.tokens for s in seqs), "token counter drifted"
         assert self._sum_blocks == sum(len(s.table) for s in seqs), "block counter drifted"
         assert self._sum_reach == sum(min(s.final, len(s.table) * bs) for s in seqs), "reach counter drifted"
+        fills = {block: next(iter(positions))[1] for block, positions in holders.items()}
+        assert self._excess == sum((counts[b] - 1) * bs for b, fill in fills.items() if fill == bs), \
+            "shared full-block counter drifted"
+        assert self._shared_partial == sum(counts[b] > 1 for b, fill in fills.items() if fill < bs), \
+            "shared partial-block counter drifted"
         written = sum(next(iter(positions))[1] for positions in holders.values())
         reached = sum(reach_of.values())
         stats = self.stats()
