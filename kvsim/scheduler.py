@@ -81,6 +81,7 @@ class Scheduler:
         self.waiting: deque[int] = deque()
         self.swapped: deque[int] = deque()
         self.running: list[int] = []        # admission order; the last is preempted first
+        self.running_seqs = 0               # sequences of the running requests
         self.swap_used = 0
         self.num_preemptions = 0
         self.prefix_hit_tokens = 0
@@ -201,7 +202,7 @@ class Scheduler:
             i = self.waiting[0]
             need = self.prompt[i] + self.generated[i]          # recompute re-prefills its outputs
             final = self.prompt[i] + self.output[i] - 1
-            if self._num_seqs() + self.n[i] > cfg.max_num_seqs:
+            if self.running_seqs + self.n[i] > cfg.max_num_seqs:
                 break
             if not cfg.chunked_prefill and need > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
@@ -217,6 +218,7 @@ class Scheduler:
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
             self.running.append(i)
+            self.running_seqs += self.n[i]
             budget -= self._prefill_chunk(i, plan, budget)
 
     def _fork_samples(self, seqs: range) -> bool:
@@ -233,6 +235,7 @@ class Scheduler:
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
         self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
+        self.running_seqs -= self.n[i]
         for s in self.seq_ids(i):
             self.alloc.free(s)
         self.preemptions[i] += 1
@@ -262,6 +265,7 @@ class Scheduler:
             plan.swap_tokens += kv * len(seqs)
             self.kv_len[i] = kv + 1
             self.running.append(i)
+            self.running_seqs += self.n[i]
             plan.decodes.append(i)
             plan.decode_seqs += len(seqs)
             plan.decode_context_tokens += (kv + 1) * len(seqs)
@@ -316,6 +320,7 @@ class Scheduler:
                 return
         for i in retire:
             self.running.remove(i)
+            self.running_seqs -= self.n[i]
             for s in self.seq_ids(i):
                 self.alloc.free(s)
             self.status[i], self.finished_s[i] = FINISHED, now
@@ -325,9 +330,6 @@ class Scheduler:
     def seq_ids(self, i: int) -> range:
         """Sequence ids of request `i` (one per sample), as the allocator knows them."""
         return range(i * self.stride, i * self.stride + self.n[i])
-
-    def _num_seqs(self) -> int:
-        return sum(self.n[i] for i in self.running)
 
     def head_of_queue(self) -> tuple[int, int]:
         """(tokens needed now, peak tokens) of the request waiting first; (0, 0) when none."""

@@ -147,3 +147,16 @@ def test_deterministic():
     one, two = run(trace_of(rows), config(num_blocks=200)), run(trace_of(rows), config(num_blocks=200))
     assert one.steps.equals(two.steps) and one.requests.equals(two.requests)
     assert not math.isnan(one.summary["e2e_s"]["p99"])
+
+
+def test_max_num_seqs_limits_the_batch():
+    rows = [(0.0, 10, 6)] * 5
+    res = run(trace_of(rows), config(num_blocks=1000, max_num_seqs=2))
+    assert res.summary["max_batch_size"] == 2
+    assert res.requests.finished_s.tolist() == [6 * C, 6 * C, 12 * C, 12 * C, 18 * C]
+
+
+def test_max_batched_tokens_holds_back_prefills():
+    # 30-token prompts, 50-token budget: one prefill per step
+    res = run(trace_of([(0.0, 30, 3)] * 3), config(num_blocks=1000, max_batched_tokens=50))
+    assert res.requests.first_token_s.tolist() == [C, 2 * C, 3 * C]
