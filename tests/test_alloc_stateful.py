@@ -143,6 +143,6 @@ class ContiguousMachine(AllocatorMachine):
 
 
 TestPaged = PagedMachine.TestCase
-TestPaged.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestPaged.settings = settings(max_examples=250, stateful_step_count=50, deadline=None)
 TestContiguous = ContiguousMachine.TestCase
-TestContiguous.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestContiguous.settings = settings(max_examples=250, stateful_step_count=50, deadline=None)
