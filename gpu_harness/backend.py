@@ -1,8 +1,8 @@
 """Choose where the kernels run: a CUDA GPU, or the Triton interpreter on CPU tensors.
 
-`get_backend()` must be called before any module of `gpu_harness.kernels` is imported (the kernel
-package calls it itself): without a CUDA device it sets `TRITON_INTERPRET=1`, which Triton reads when
-`@triton.jit` decorates a kernel.
+`get_backend()` must run before triton is first imported (the kernel package calls it itself): without
+a CUDA device it sets `TRITON_INTERPRET=1`, which Triton reads when `@triton.jit` decorates a function,
+its own `triton.language` helpers included.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ def get_backend() -> Backend:
         raise HarnessUnavailable(f"torch is not installed ({exc}); {INSTALL_HINT}") from None
     cuda = torch.cuda.is_available()
     if not cuda:
-        kernels_loaded = any(m.startswith("gpu_harness.kernels.") for m in sys.modules)
-        if kernels_loaded and os.environ.get("TRITON_INTERPRET") != "1":
-            raise HarnessUnavailable("no CUDA device, and the kernels were imported before "
-                                     "TRITON_INTERPRET=1 was set; call get_backend() first")
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            # triton.language's own @jit helpers (tl.cdiv, ...) were decorated for compilation.
+            raise HarnessUnavailable("no CUDA device, and triton was imported before TRITON_INTERPRET=1 "
+                                     "was set; call gpu_harness.backend.get_backend() before importing triton")
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton  # noqa: F401
