@@ -126,12 +126,12 @@ def check_decode_args(q: torch.Tensor, num_kv_heads: int, head_dim: int) -> int:
     return q.shape[1] // num_kv_heads
 
 
-def dot_options(dtype: torch.dtype, interpret: bool) -> tuple[bool, str]:
+def dot_options(dtype: torch.dtype, interpret: bool) -> tuple[bool, str | None]:
     """(UPCAST, DOT_PRECISION): upcast to fp32 under the interpreter (its bf16 tl.dot is broken, triton
-    issue 11584); fp32 dots use exact "ieee" precision rather than TF32."""
+    issue 11584); fp32 dots use exact "ieee" precision rather than TF32; None = the target's default."""
     upcast = interpret and dtype != torch.float32
     precise = upcast or dtype == torch.float32
-    return upcast, "ieee" if precise else "tf32"
+    return upcast, "ieee" if precise else None
 
 
 def resolve_splits(q: torch.Tensor, programs: int, seq_lens: torch.Tensor, num_splits: int | None,
