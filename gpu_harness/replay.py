@@ -89,6 +89,9 @@ class _RecordingAllocator:
         self.copies.extend(pairs)
         return pairs
 
+    def append_each(self, seq_ids, start=0, copies=None):
+        return self._alloc.append_each(seq_ids, start, self.copies)
+
     def fork(self, parent_id, child_id):
         self._alloc.fork(parent_id, child_id)
         self.forks.append((parent_id, child_id))

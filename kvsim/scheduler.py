@@ -146,37 +146,32 @@ class Scheduler:
 
     def _grow_running(self, plan: StepPlan) -> bool:
         """Give each decoding sequence its next slot, preempting from the back when memory runs out.
-        (The hot loop of the simulator: one pass over the batch, plain integer work.)"""
-        alloc, running, kv_len, stride = self.alloc, self.running, self.kv_len, self.stride
-        can_append, append = alloc.can_append, alloc.append
-        decodes, preempted, k = plan.decodes, False, 0
-        seqs = context = 0
-        while k < len(running):
-            i = running[k]
-            if self.prefill_left[i]:
-                k += 1
-                continue
-            n = self.n[i]
-            first = i * stride
-            while not all(can_append(s) for s in range(first, first + n)) if n > 1 else not can_append(first):
-                preempted = True
-                victim = running[-1]
-                self._preempt(victim, plan)
-                if victim == i:
-                    break
-            else:
-                if n == 1:
-                    append(first)
-                else:
-                    for s in range(first, first + n):
-                        append(s)
-                kv = kv_len[i] = kv_len[i] + 1
-                decodes.append(i)
-                seqs += n
-                context += kv * n
-                k += 1
-        plan.decode_seqs += seqs
-        plan.decode_context_tokens += context
+        (The simulator's hot loop: one allocator call for the whole batch while memory lasts.)"""
+        running, stride, n, kv_len, prefill_left = self.running, self.stride, self.n, self.kv_len, self.prefill_left
+        decoding = [i for i in running if not prefill_left[i]]
+        if self.running_seqs == len(running):        # one sequence per request
+            ids = [i * stride for i in decoding]
+        else:
+            ids = [s for i in decoding for s in range(i * stride, i * stride + n[i])]
+        preempted, done = False, 0
+        while True:
+            done += self.alloc.append_each(ids, done)
+            if done == len(ids):
+                break
+            preempted = True                         # the most recently admitted request goes
+            victim = running[-1]
+            self._preempt(victim, plan)
+            if decoding and decoding[-1] == victim:  # its sequences are the tail of `ids`
+                decoding.pop()
+                del ids[len(ids) - n[victim]:]
+                done = min(done, len(ids))
+        context = 0
+        for i in decoding:
+            kv = kv_len[i] = kv_len[i] + 1
+            context += kv * n[i]
+        plan.decodes = decoding
+        plan.decode_seqs = len(ids)
+        plan.decode_context_tokens = context
         return preempted
 
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:

@@ -53,6 +53,22 @@ class AllocatorMachine(RuleBasedStateMachine):
                 raise AssertionError("append succeeded although can_append said no")
             assert self.alloc.stats() == before, "a failed append changed the allocator"
 
+    @rule(data=st.data())
+    def append_each(self, data):
+        """The batched append grows a prefix of the list, exactly as can_append + append would."""
+        live = sorted(self.lengths)
+        if not live:
+            return
+        seqs = data.draw(st.lists(st.sampled_from(live), unique=True, max_size=6))
+        copies = []
+        grown = self.alloc.append_each(seqs, 0, copies)
+        assert 0 <= grown <= len(seqs)
+        for seq in seqs[:grown]:
+            self.lengths[seq] += 1
+        if grown < len(seqs):
+            assert not self.alloc.can_append(seqs[grown]), "append_each stopped although it could grow"
+        assert len(copies) <= grown
+
     def check_copies(self, seq, old_length, copies):
         assert copies == []
 

@@ -64,6 +64,11 @@ class Allocator(Protocol):
         """Grow `seq_id` by `num_tokens` slots; returns the (src, dst) block copies that
         copy-on-write needs (empty when nothing shared was written into)."""
 
+    def append_each(self, seq_ids: Sequence[int], start: int = 0,
+                    copies: list[tuple[int, int]] | None = None) -> int:
+        """`can_append` + `append` of one slot for each of `seq_ids[start:]` in order, stopping before
+        the first that cannot grow; returns how many grew; copy-on-write pairs go to `copies`."""
+
     def can_fork(self, parent_id: int) -> bool:
         """Whether `fork(parent_id, ...)` would succeed now."""
 

@@ -144,6 +144,16 @@ class ContiguousAllocator:
             self._final[seq_id] = tokens
         return []
 
+    def append_each(self, seq_ids: Sequence[int], start: int = 0,
+                    copies: list[tuple[int, int]] | None = None) -> int:
+        """One slot for each of `seq_ids[start:]` in order, stopping before the first whose reservation
+        is full; returns how many grew (contiguous memory never copies, so `copies` is untouched)."""
+        for k in range(start, len(seq_ids)):
+            if not self.can_append(seq_ids[k]):
+                return k - start
+            self.append(seq_ids[k])
+        return len(seq_ids) - start
+
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """Memory breakdown in slots. External fragmentation = placement padding plus free slots in
         extents too small for the head request's reservation (none when `head_tokens` is 0)."""

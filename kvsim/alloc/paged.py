@@ -214,6 +214,37 @@ class PagedAllocator:
             return []
         return self._grow(seq_id, seq, new_tokens)
 
+    def append_each(self, seq_ids: Sequence[int], start: int = 0,
+                    copies: list[tuple[int, int]] | None = None) -> int:
+        """One slot for each of `seq_ids[start:]` in order, stopping before the first that cannot grow
+        (no free block); returns how many grew. Copy-on-write pairs are added to `copies` when given.
+        The same as `can_append` + `append` per sequence, in one call (the engine's hot loop)."""
+        seqs, ref, bs = self._seqs, self._ref, self.block_size
+        fast = 0
+        k = start
+        try:
+            for k in range(start, len(seq_ids)):
+                seq = seqs[seq_ids[k]]
+                new_tokens = seq.tokens + 1
+                table = seq.table
+                if new_tokens < len(table) * bs and ref[table[-1]] == 1:
+                    seq.tokens = new_tokens
+                    fast += 1
+                    if new_tokens > seq.final:
+                        self._sum_reach += 1
+                        seq.final = new_tokens
+                elif self._blocks_needed(seq, 1) <= self.num_free_blocks:
+                    pairs = self._grow(seq_ids[k], seq, new_tokens)
+                    if pairs and copies is not None:
+                        copies.extend(pairs)
+                else:
+                    return k - start
+        except KeyError:
+            raise AllocationError(f"unknown sequence id {seq_ids[k]}") from None
+        finally:
+            self._sum_tokens += fast
+        return len(seq_ids) - start
+
     def _grow(self, seq_id: int, seq: _Seq, new_tokens: int) -> list[tuple[int, int]]:
         """`append` past the fast path: takes blocks past a block boundary, copies a shared partly
         filled last block, registers filled prompt blocks in the prefix cache."""
