@@ -7,6 +7,7 @@ a missing torch/triton prints install instructions and exits with status 2.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -97,3 +98,91 @@ def _print_summary(doc: dict, preset: str | None) -> None:
                       f"{100 * bw / copy:.1f}")
     console.print(table)
     console.print_json(data=doc["fit"])
+
+
+@harness_app.command()
+def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim reads)."),
+           model: str = typer.Option("opt-13b", "--model", help="Model preset (real shape on a GPU)."),
+           gpu: str = typer.Option("a100-40gb", "--gpu", help="GPU preset (capacity and cost model)."),
+           tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree; the pool is one GPU's."),
+           kv_gib: float = typer.Option(None, "--kv-gib", help="KV memory of the deployment, GiB."),
+           num_blocks: int = typer.Option(None, "--num-blocks", help="KV blocks of the deployment."),
+           block_size: int = typer.Option(16, "--block-size", min=1, help="Block size, tokens."),
+           max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences per batch."),
+           preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
+           prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
+           max_requests: int = typer.Option(None, "--max-requests", min=1, help="Replay the first N "
+                                            "requests (default: 12 on the CPU interpreter, all on a GPU)."),
+           layers: int = typer.Option(2, "--layers", min=1, help="Layers with a real pool (GPU only; the "
+                                      "interpreter uses one tiny layer)."),
+           check_every: int = typer.Option(1, "--check-every", min=1, help="Compare decode outputs with "
+                                           "the reference every N steps."),
+           expect: Path = typer.Option(None, "--expect", help="steps.csv of `kvsim run --out` for the same "
+                                       "trace and flags (default: run kvsim now, which needs simpy)."),
+           json_out: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
+           seed: int = typer.Option(0, "--seed", help="Random seed for K, V and queries.")) -> None:
+    """Replay TRACE on a real KV pool driven by kvsim's scheduler and paged allocator: store_kv for
+    every new token, paged_decode for every decoding sequence, outputs checked against a contiguous
+    reference, and the blocks the pool holds checked against kvsim's prediction at every step.
+
+    Exit status 1 on a mismatch or an error above tolerance, 2 on bad input or a missing extra.
+    """
+    backend = _backend()
+    import torch
+
+    from gpu_harness.replay import TINY, ReplayShape, replay as run_replay
+    from kvsim.config import CacheConfig, SimConfig
+    from kvsim.scheduler import SchedulerConfig
+    from kvsim.specs import Deployment, get_gpu, get_model
+    from kvsim.trace import load_trace
+    try:
+        dep = Deployment(get_model(model), get_gpu(gpu), tp)
+        cfg = SimConfig(dep, CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
+                                         prefix_caching=prefix_caching),
+                        SchedulerConfig(max_num_seqs=max_num_seqs, preemption=preemption))
+        tr = load_trace(trace)
+        limit = max_requests or (12 if backend.interpret else len(tr))
+        tr = tr.head(min(limit, len(tr)))
+        predicted = _predicted_blocks(tr, cfg, expect)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if backend.interpret:
+        shape, tolerance = TINY, 1e-4
+    else:
+        shape, tolerance = ReplayShape.of_model(dep.model, tp, layers, torch.bfloat16), 3e-2
+    report = run_replay(tr, cfg, shape, backend.device, predicted, check_every, seed, tolerance)
+    table = Table(title=f"replay of {trace.name} ({len(tr)} requests) on {backend.name}: {model}, "
+                        f"{shape.num_layers} layer(s) of {shape.q_heads}/{shape.kv_heads} heads x {shape.head_dim}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in (("engine steps", report.steps), ("steps checked", report.checked_steps),
+                        ("tokens written (store_kv)", report.tokens_written),
+                        ("copy-on-write blocks", report.block_copies), ("preemptions", report.preemptions),
+                        ("most blocks held", report.max_held_blocks),
+                        ("worst |paged - reference|", f"{report.worst_abs_err:.3g} (tolerance {tolerance:g})"),
+                        ("blocks vs kvsim", report.first_mismatch or "equal at every step"),
+                        ("wall time", f"{report.wall_s:.1f} s")):
+        table.add_row(name, str(value))
+    console.print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _predicted_blocks(trace, cfg, expect: Path | None) -> list[int]:
+    """kvsim's used-block count per step: from a steps.csv, or from running the simulator now."""
+    if expect is not None:
+        import csv
+        try:
+            with expect.open() as f:
+                return [int(row["used_blocks"]) for row in csv.DictReader(f)]
+        except (OSError, KeyError, ValueError) as exc:
+            raise ValueError(f"{expect}: cannot read used_blocks from it ({exc})") from None
+    try:
+        from kvsim.sim import simulate
+    except ImportError as exc:
+        raise ValueError(f"cannot run the simulator here ({exc}); pass --expect with the steps.csv "
+                         "of `kvsim run --out` for the same trace and flags") from None
+    return simulate(trace, cfg).steps.used_blocks.tolist()

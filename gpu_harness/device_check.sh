@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Device check on a GPU machine: kernel correctness at real shapes, then calibration.
+# Device check on a GPU machine: kernel correctness at real shapes, calibration, then trace replay.
 #
 # Needs: python3 with torch, triton, numpy, typer, rich (no simpy, no network, kvsim not installed);
 # the repository root as the working directory; $OUT an output folder. Writes there:
 #   device_check.log (steps and exit codes), versions.txt, check.log, calibrate.log,
-#   calibration-<gpu>.json.
-# Budget: under 8 minutes in all (check <= 200 s, calibrate <= 180 s, a --quick retry <= 90 s).
+#   calibration-<gpu>.json, replay-<case>.log/.json.
+# Budget: under 8 minutes in all (check <= 200 s, calibrate <= 180 s or a --quick retry,
+# two replays <= 60 s each; replay times on a GPU not yet measured).
 set -uo pipefail
 : "${OUT:?set OUT to an output folder}"
 mkdir -p "$OUT"
@@ -17,7 +18,7 @@ log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/device_check.log"; }
 log "start in $PWD"
 "$PY" - >"$OUT/versions.txt" 2>&1 <<'PYEOF'
 import platform, sys, torch, triton
-import gpu_harness.calibrate, gpu_harness.check, gpu_harness.cli, gpu_harness.kernels
+import gpu_harness.calibrate, gpu_harness.check, gpu_harness.cli, gpu_harness.kernels, gpu_harness.replay
 assert "simpy" not in sys.modules, "the harness imported simpy"
 print("python", platform.python_version(), "torch", torch.__version__, "triton", triton.__version__)
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
@@ -43,8 +44,19 @@ if [ $cal_rc -eq 124 ]; then
   cal_rc=$?; tail -n 12 "$OUT/calibrate-quick.log" | tee -a "$OUT/device_check.log"; log "calibrate --quick exit $cal_rc"
 fi
 
-# REPLAY: add the trace replay here once gpu_harness/replay.py exists, e.g.
-# timeout 120 "$PY" -m gpu_harness replay traces/<trace>.jsonl --out "$OUT/replay-$GPU.csv" >"$OUT/replay.log" 2>&1
+# Trace replay at the real Llama-3-8B shape (2 layers), blocks checked against kvsim's shipped
+# prediction (gpu_harness/expected/, made by `kvsim run ... --out` then `cut -d, -f1,8 steps.csv`).
+replay_rc=0
+for case in "alpaca-300-llama-3-8b-h200:" "alpaca-300-llama-3-8b-h200-48blocks-swap:--num-blocks 48 --preemption swap"; do
+  name=${case%%:*}; flags=${case#*:}
+  log "replay $name"
+  # shellcheck disable=SC2086
+  timeout 60 "$PY" -m gpu_harness replay traces/alpaca_30rps_2min.jsonl --model llama-3-8b --gpu h200 \
+    --max-requests 300 --layers 2 --check-every 20 $flags --expect "gpu_harness/expected/$name.csv" \
+    --json "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
+  rc=$?; tail -n 14 "$OUT/replay-$name.log" | tee -a "$OUT/device_check.log"; log "replay $name exit $rc"
+  [ $rc -ne 0 ] && replay_rc=$rc
+done
 
 log "done"
-[ $check_rc -eq 0 ] && [ $cal_rc -eq 0 ]
+[ $check_rc -eq 0 ] && [ $cal_rc -eq 0 ] && [ $replay_rc -eq 0 ]

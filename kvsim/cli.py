@@ -82,6 +82,7 @@ HashBlockOpt = typer.Option(None, "--hash-block-size", min=1, help="Tokens per b
                             "block_hashes (Mooncake: 512; default: the trace's own, else --block-size).")
 JsonOpt = typer.Option(None, "--json", help="Write the summary as JSON here.")
 QuietOpt = typer.Option(False, "--quiet", help="No progress bar and no table.")
+MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the trace's first N requests.")
 
 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
@@ -110,7 +111,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         prefix_caching: bool = PrefixOpt, calibration: Optional[Path] = CalOpt,
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
-        json_out: Optional[Path] = JsonOpt,
+        max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
         quiet: bool = QuietOpt) -> None:
@@ -123,6 +124,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                          placement=placement.value),
                       scheduler=replace(cfg.scheduler, batching=batching.value))
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        if max_requests is not None:
+            tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             result = simulate(tr, cfg, progress)
     except ValueError as exc:
@@ -155,7 +158,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             swap_gib: float = SwapOpt, prefix_caching: bool = PrefixOpt,
             calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
-            json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
+            max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
     """Run paged, the three contiguous reservations and static batching on TRACE, side by side."""
     summaries = {}
     try:
@@ -163,6 +166,8 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                       max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                       prefix_caching, calibration, force_calibration, 0)
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        if max_requests is not None:
+            tr = tr.head(min(max_requests, len(tr)))
         for name, (cache, sched) in COMPARED.items():
             cfg = replace(base, cache=replace(base.cache, **cache),
                           scheduler=replace(base.scheduler, **sched))

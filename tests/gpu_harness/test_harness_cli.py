@@ -1,11 +1,13 @@
 """The harness commands through typer's CliRunner, on the CPU interpreter."""
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 from gpu_harness.cli import harness_app
 from kvsim.calibration import load_calibration
+from kvsim.cli import app as kvsim_app
 
 runner = CliRunner()
 
@@ -33,6 +35,18 @@ def test_calibrate_writes_format_file(tmp_path):
         assert m["median_s"] > 0 and m["bytes_per_s"] == m["bytes"] / m["median_s"]
     cal = load_calibration(out, force=True)  # the simulator's reader accepts it (when forced)
     assert cal.decode_attn_bytes_per_s > 0
+
+    # `kvsim run` refuses interpreter timings, and uses them (slower steps) only when forced.
+    trace = str(Path(__file__).resolve().parents[2] / "traces" / "tiny.jsonl")
+    refused = runner.invoke(kvsim_app, ["run", trace, "--gpu", "h200", "--calibration", str(out)])
+    assert refused.exit_code == 2 and "interpreter" in refused.output
+    summaries = []
+    for extra in ([], ["--calibration", str(out), "--force-calibration"]):
+        res = runner.invoke(kvsim_app, ["run", trace, "--gpu", "h200", "--quiet", "--json",
+                                        str(tmp_path / "s.json"), *extra])
+        assert res.exit_code == 0, res.output
+        summaries.append(json.loads((tmp_path / "s.json").read_text()))
+    assert summaries[1]["tpot_s"]["mean"] > summaries[0]["tpot_s"]["mean"]
 
 
 def test_calibrate_rejects_unknown_gpu(tmp_path):

@@ -1,0 +1,145 @@
+"""The replay on the interpreter: kvsim's scheduler and paged allocator drive real kernels on a real
+pool; outputs match the contiguous reference and held blocks match the SimPy run's prediction."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gpu_harness import replay as replay_mod
+from gpu_harness.cli import harness_app
+from gpu_harness.replay import TINY, replay
+from kvsim.cli import app as kvsim_app
+from kvsim.config import CacheConfig, SimConfig
+from kvsim.scheduler import SchedulerConfig
+from kvsim.sim import simulate
+from kvsim.specs import Deployment, get_gpu, get_model
+from kvsim.trace import Trace, load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_TRACE = str(ROOT / "traces" / "tiny.jsonl")
+
+
+def small_trace(n=None, prefix=False):
+    rng = np.random.default_rng(0)
+    num = 8
+    return Trace.from_arrays(np.sort(rng.uniform(0, 0.1, num)), rng.integers(17, 30, num),
+                             rng.integers(2, 9, num), n=n or 1,
+                             prefix_group=["g"] * num if prefix else None,
+                             prefix_tokens=[16] * num if prefix else None)
+
+
+def config(num_blocks, preemption="recompute", prefix=False):
+    return SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")),
+                     CacheConfig(block_size=8, num_blocks=num_blocks, prefix_caching=prefix),
+                     SchedulerConfig(preemption=preemption))
+
+
+def run(trace, cfg, **kw):
+    predicted = simulate(trace, cfg).steps.used_blocks.tolist()
+    return replay(trace, cfg, TINY, "cpu", predicted, **kw), predicted
+
+
+def test_replay_matches_kvsim_with_plenty_of_memory():
+    tr = small_trace(n=[1] * 6 + [2, 1])
+    report, predicted = run(tr, config(200))
+    assert report.ok, report
+    assert report.steps == len(predicted) and report.checked_steps > 0
+    assert report.max_held_blocks == max(predicted)
+    assert report.block_copies >= 1          # the two-sample request copied its shared last block
+    # every prompt token once, every sample's decode token once
+    decode = int(((tr.output_tokens - 1) * tr.n).sum())
+    assert report.tokens_written == int(tr.prompt_tokens.sum()) + decode
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_replay_matches_kvsim_through_preemptions(preemption):
+    report, _ = run(small_trace(), config(8, preemption))
+    assert report.preemptions >= 1
+    assert report.ok, report
+
+
+def test_replay_with_prefix_cache_hits():
+    tr = small_trace(prefix=True)
+    report, _ = run(tr, config(200, prefix=True))
+    assert report.ok, report
+    assert report.tokens_written < int(tr.prompt_tokens.sum()) + int((tr.output_tokens - 1).sum())
+
+
+def test_a_wrong_prediction_is_reported_at_its_step():
+    tr, cfg = small_trace(), config(200)
+    predicted = simulate(tr, cfg).steps.used_blocks.tolist()
+    predicted[3] += 1
+    report = replay(tr, cfg, TINY, "cpu", predicted, check_every=50)
+    assert not report.ok
+    assert report.first_mismatch.startswith(f"step 3: kvsim predicted {predicted[3]} blocks")
+
+
+def test_lost_copy_on_write_shows_as_an_attention_error(monkeypatch):
+    monkeypatch.setattr(replay_mod._RecordingAllocator, "append_each",
+                        lambda self, ids, start=0, copies=None: self._alloc.append_each(ids, start))
+    report, _ = run(small_trace(n=[2] * 8), config(200))
+    assert report.worst_abs_err > 1e-2 and not report.ok
+
+
+def test_contiguous_allocator_is_refused():
+    cfg = config(200)
+    with pytest.raises(ValueError, match="paged allocator"):
+        replay(small_trace(), replace(cfg, cache=replace(cfg.cache, allocator="contiguous")), TINY, "cpu")
+
+
+def test_replay_command_on_a_shipped_trace(tmp_path):
+    res = CliRunner().invoke(harness_app, ["replay", TINY_TRACE, "--max-requests", "5",
+                                           "--num-blocks", "12", "--check-every", "4",
+                                           "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert "equal at every step" in res.output
+    assert '"ok": true' in (tmp_path / "r.json").read_text()
+
+
+def test_replay_command_checks_a_steps_csv_from_kvsim_run(tmp_path):
+    flags = ["--max-requests", "5", "--num-blocks", "12"]
+    res = CliRunner().invoke(kvsim_app, ["run", TINY_TRACE, *flags, "--quiet", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    steps = tmp_path / "run" / "steps.csv"
+    res = CliRunner().invoke(harness_app, ["replay", TINY_TRACE, *flags, "--check-every", "50",
+                                           "--expect", str(steps)])
+    assert res.exit_code == 0 and "equal at every step" in res.output, res.output
+
+    lines = steps.read_text().splitlines()
+    header = lines[0].split(",")
+    col = header.index("used_blocks")
+    row = lines[4].split(",")
+    row[col] = str(int(row[col]) + 1)
+    lines[4] = ",".join(row)
+    steps.write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(harness_app, ["replay", TINY_TRACE, *flags, "--check-every", "50",
+                                           "--expect", str(steps)])
+    assert res.exit_code == 1 and "step 3" in res.output, res.output
+
+
+def test_replay_command_names_an_unreadable_expect_file(tmp_path):
+    bad = tmp_path / "steps.csv"
+    bad.write_text("step,blocks\n0,1\n")
+    res = CliRunner().invoke(harness_app, ["replay", TINY_TRACE, "--expect", str(bad)])
+    assert res.exit_code == 2 and "steps.csv" in res.output and "used_blocks" in res.output
+
+
+@pytest.mark.parametrize("name, cache", [
+    ("alpaca-300-llama-3-8b-h200", {}),
+    ("alpaca-300-llama-3-8b-h200-48blocks-swap", {"num_blocks": 48}),
+])
+def test_device_check_predictions_are_the_simulators(name, cache):
+    """gpu_harness/device_check.sh replays these on a GPU against the shipped prediction files, which
+    must stay what kvsim predicts for the same flags."""
+    cfg = SimConfig(Deployment(get_model("llama-3-8b"), get_gpu("h200")), CacheConfig(**cache),
+                    SchedulerConfig(preemption="swap" if cache else "recompute"))
+    trace = load_trace(ROOT / "traces" / "alpaca_30rps_2min.jsonl").head(300)
+    predicted = simulate(trace, cfg).steps.used_blocks.tolist()
+    shipped = ROOT / "gpu_harness" / "expected" / f"{name}.csv"
+    rows = shipped.read_text().splitlines()
+    assert rows[0] == "step,used_blocks"
+    assert [int(r.split(",")[1]) for r in rows[1:]] == predicted
+    assert f"{name}:" in (ROOT / "gpu_harness" / "device_check.sh").read_text()
