@@ -4,7 +4,7 @@ Scenario: one hour of ShareGPT-like traffic at 2 req/s and of Alpaca-like traffi
 paper's workloads), OPT-13B on one A100-40GB with 12 GiB of KV, paged (block 16) and contiguous
 (`max`, buddy) allocators. Each run is a fresh process so its peak RSS is its own.
 
-Run: .venv/bin/python bench/sim_speed.py [--duration 3600] [--profile]
+Run: .venv/bin/python bench/sim_speed.py [--duration 3600] [--profile] [--no-fast-forward]
 Target (issue 3): >= 1,000,000 generated tokens simulated per second on one core for the paged run.
 """
 
@@ -21,7 +21,7 @@ WORKLOADS = {"sharegpt": 2.0, "alpaca": 30.0}
 ALLOCATORS = ("paged", "contiguous")
 
 
-def one(preset: str, allocator: str, duration: float, profile: bool) -> dict:
+def one(preset: str, allocator: str, duration: float, profile: bool, fast_forward: bool) -> dict:
     from kvsim.config import CacheConfig, SimConfig
     from kvsim.sim import simulate
     from kvsim.specs import Deployment, get_gpu, get_model
@@ -35,10 +35,10 @@ def one(preset: str, allocator: str, duration: float, profile: bool) -> dict:
         import cProfile
         import pstats
         prof = cProfile.Profile()
-        result = prof.runcall(simulate, trace, cfg)
+        result = prof.runcall(simulate, trace, cfg, fast_forward=fast_forward)
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
     else:
-        result = simulate(trace, cfg)
+        result = simulate(trace, cfg, fast_forward=fast_forward)
     wall = time.perf_counter() - start
     s = result.summary
     generated = float((result.requests.output_tokens * result.requests.n)[result.requests.status == "finished"].sum())
@@ -56,10 +56,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=3600.0, help="trace length, seconds")
     ap.add_argument("--profile", action="store_true", help="cProfile each run (to stderr)")
+    ap.add_argument("--no-fast-forward", action="store_true",
+                    help="step one at a time (the engine's exact fast-forward off), for comparison")
     ap.add_argument("--one", nargs=2, metavar=("PRESET", "ALLOCATOR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(*args.one, args.duration, args.profile)))
+        print(json.dumps(one(*args.one, args.duration, args.profile, not args.no_fast_forward)))
         return
     header = ("workload", "allocator", "requests", "generated_tokens", "engine_steps", "wall_s",
               "requests_per_s", "tokens_per_s", "engine_tokens_per_s", "peak_rss_mib")
@@ -67,8 +69,7 @@ def main() -> None:
     for preset in WORKLOADS:
         for allocator in ALLOCATORS:
             cmd = [sys.executable, __file__, "--one", preset, allocator, "--duration", str(args.duration)]
-            if args.profile:
-                cmd.append("--profile")
+            cmd += ["--profile"] * args.profile + ["--no-fast-forward"] * args.no_fast_forward
             row = json.loads(subprocess.run(cmd, check=True, text=True, stdout=subprocess.PIPE).stdout)
             print(" | ".join(str(row[k]) for k in header), flush=True)
 

@@ -31,6 +31,17 @@ class StepLog:
                           mem.token_states, mem.reserved, mem.internal_fragmentation,
                           mem.external_fragmentation, mem.free, mem.unshared_blocks))
 
+    def record_steps(self, starts: list[float], durations: list[float], plan: StepPlan,
+                     waiting: list[int], mems: list[MemoryStats]) -> None:
+        """Log consecutive steps of the same batch shape (`plan`'s counts), one per start time."""
+        step, rows = len(self.rows), self.rows
+        batch, prefill, decode = plan.batch_requests, plan.prefill_tokens, plan.decode_seqs
+        for now, duration, w, mem in zip(starts, durations, waiting, mems):
+            rows.append((step, now, duration, batch, w, prefill, decode, mem.used_blocks, mem.free_blocks,
+                         mem.token_states, mem.reserved, mem.internal_fragmentation,
+                         mem.external_fragmentation, mem.free, mem.unshared_blocks))
+            step += 1
+
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame.from_records(self.rows, columns=STEP_COLUMNS)
 

@@ -90,6 +90,14 @@ class Scheduler:
     # -- arrivals -------------------------------------------------------------------------------
     def add(self, i: int, now: float) -> None:
         """Queue request `i` (arrived at `now`), or reject it if it can never be served."""
+        reason = self.never_served(i)
+        if reason:
+            self._reject(i, now, reason)
+        else:
+            self.waiting.append(i)
+
+    def never_served(self, i: int) -> str:
+        """Why request `i` can never be served here (rejected on arrival), or "" when it can."""
         p, m = self.prompt[i], self.output[i]
         reason = ""
         if p + m > self.max_seq_len:
@@ -101,10 +109,7 @@ class Scheduler:
         elif self._peak_slots(i) > self.alloc.capacity_tokens:
             reason = (f"needs {self._peak_slots(i)} KV slots at its peak, more than the whole cache "
                       f"({self.alloc.capacity_tokens})")
-        if reason:
-            self._reject(i, now, reason)
-        else:
-            self.waiting.append(i)
+        return reason
 
     def _reject(self, i: int, now: float, reason: str) -> None:
         self.status[i], self.reason[i], self.finished_s[i] = REJECTED, reason, now
@@ -173,6 +178,33 @@ class Scheduler:
         plan.decode_seqs = len(ids)
         plan.decode_context_tokens = context
         return preempted
+
+    def steady_decodes(self) -> tuple[list[int], int, int] | None:
+        """When every running request is decoding under continuous batching and nothing is swapped
+        out: (decoding sequence ids in `_grow_running` order, steps before a request's last token,
+        context tokens held now); else None. The engine may then run steps at once (`advance`)."""
+        if self.cfg.batching != "continuous" or self.swapped or not self.running:
+            return None
+        running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
+        if any(prefill_left[i] for i in running):
+            return None
+        steps = min(output[i] - generated[i] for i in running) - 1
+        stride, n, kv_len = self.stride, self.n, self.kv_len
+        if self.running_seqs == len(running):
+            ids = [i * stride for i in running]
+            context = sum(kv_len[i] for i in running)
+        else:
+            ids = [s for i in running for s in range(i * stride, i * stride + n[i])]
+            context = sum(kv_len[i] * n[i] for i in running)
+        return ids, steps, context
+
+    def advance(self, steps: int) -> None:
+        """`steps` decode steps of every running request at once, none of them its last (the
+        allocator's `append_steps` has grown the sequences)."""
+        kv_len, generated = self.kv_len, self.generated
+        for i in self.running:
+            kv_len[i] += steps
+            generated[i] += steps
 
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
         """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished."""
@@ -251,11 +283,17 @@ class Scheduler:
         while self.swapped:
             i = self.swapped[0]
             kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self.seq_ids(i)
-            if not self.alloc.can_allocate((kv + 1) * len(seqs), final * len(seqs)):
+            restored = []
+            for s in seqs:                  # each sample separately: blocks or extents do not pool
+                if not self.alloc.can_allocate(kv + 1, final):
+                    break
+                self.alloc.allocate(s, kv + 1, final)
+                restored.append(s)
+            if len(restored) < len(seqs):
+                for s in restored:
+                    self.alloc.free(s)
                 break
             self.swapped.popleft()
-            for s in seqs:
-                self.alloc.allocate(s, kv + 1, final)
             self.swap_used -= kv * len(seqs)
             plan.swap_tokens += kv * len(seqs)
             self.kv_len[i] = kv + 1

@@ -26,13 +26,15 @@ class SimResult:
 
 
 def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | None = None,
-             cost=None) -> SimResult:
+             cost=None, fast_forward: bool = True) -> SimResult:
     """Run `trace` through the configured deployment; deterministic for a given trace and config.
-    `cost` replaces the configured cost model (golden tests pass a `ConstantCost`)."""
+    `cost` replaces the configured cost model (golden tests pass a `ConstantCost`);
+    `fast_forward=False` steps one at a time (the same results, slower; see kvsim/engine.py)."""
     parts = build_run(trace, cfg)
     log = StepLog()
     start = time.perf_counter()
-    Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress).run()
+    Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
+           fast_forward=fast_forward).run()
     wall = time.perf_counter() - start
     steps = log.frame()
     requests = requests_frame(parts.scheduler, trace)

@@ -69,6 +69,28 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert not self.alloc.can_append(seqs[grown]), "append_each stopped although it could grow"
         assert len(copies) <= grown
 
+    @rule(data=st.data(), max_steps=st.integers(0, 40), head=st.integers(0, 30))
+    def append_steps(self, data, max_steps, head):
+        """Many decode steps at once: within `decode_window`, one snapshot per step, the last one the
+        allocator's state after, token states growing by the batch each step."""
+        live = sorted(self.lengths)
+        seqs = data.draw(st.lists(st.sampled_from(live), unique=True, max_size=6)) if live else []
+        steps = self.alloc.decode_window(seqs, max_steps)
+        assert 0 <= steps <= max_steps
+        if steps == 0:
+            return
+        event("append_steps")
+        before = self.alloc.stats(head, head + 10).token_states
+        snapshots = self.alloc.append_steps(seqs, steps, head, head + 10)
+        for seq in seqs:
+            self.lengths[seq] += steps
+        assert len(snapshots) == steps
+        assert [m.token_states - before for m in snapshots] == [len(seqs) * (j + 1) for j in range(steps)]
+        assert snapshots[-1] == self.alloc.stats(head, head + 10)
+        for m in snapshots:
+            assert m.token_states + m.reserved + m.internal_fragmentation + m.external_fragmentation \
+                + m.free == self.alloc.capacity_tokens
+
     def check_copies(self, seq, old_length, copies):
         assert copies == []
 

@@ -69,6 +69,14 @@ class Allocator(Protocol):
         """`can_append` + `append` of one slot for each of `seq_ids[start:]` in order, stopping before
         the first that cannot grow; returns how many grew; copy-on-write pairs go to `copies`."""
 
+    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
+        """How many steps (<= `max_steps`) of `append_each(seq_ids)` can run at once through
+        `append_steps`: all succeed, nothing is copied, no sequence passes its final length."""
+
+    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
+                     head_final_tokens: int = 0) -> list[MemoryStats]:
+        """Run `steps` steps of `append_each(seq_ids)`; returns `stats(head_*)` after each step."""
+
     def can_fork(self, parent_id: int) -> bool:
         """Whether `fork(parent_id, ...)` would succeed now."""
 

@@ -12,6 +12,7 @@ Invariants (checked by `check_invariants`):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
@@ -153,6 +154,24 @@ class ContiguousAllocator:
                 return k - start
             self.append(seq_ids[k])
         return len(seq_ids) - start
+
+    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
+        """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once:
+        until the first sequence would pass its final length (its reservation is at least that)."""
+        tokens, final = self._tokens, self._final
+        return max(0, min([max_steps, *(final[s] - tokens[s] for s in seq_ids)]))
+
+    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
+                     head_final_tokens: int = 0) -> list[MemoryStats]:
+        """`steps` steps of `append_each(seq_ids)` within what `decode_window` allowed; returns
+        `stats(head_tokens, head_final_tokens)` after each step (nothing moves, slots fill)."""
+        for seq_id in seq_ids:
+            self._tokens[seq_id] += steps
+        grow = len(seq_ids)
+        self._sum_tokens += grow * steps
+        last = self.stats(head_tokens, head_final_tokens)
+        return [replace(last, token_states=last.token_states - grow * (steps - 1 - j),
+                        reserved=last.reserved + grow * (steps - 1 - j)) for j in range(steps)]
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """Memory breakdown in slots. External fragmentation = placement padding plus free slots in
