@@ -13,6 +13,7 @@ from kvsim.calibration import Calibration
 from kvsim.cost import CostModel
 from kvsim.scheduler import Scheduler, SchedulerConfig
 from kvsim.specs import GIB, Deployment
+from kvsim.static_batching import StaticScheduler
 from kvsim.trace import Trace
 
 
@@ -83,6 +84,7 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     if cache.prefix_caching:
         def block_ids(i: int) -> list[int]:
             return trace.prompt_block_ids(i, cache.block_size)
-    sched = Scheduler(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids)
+    kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
+    sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids)
     cost = CostModel(dep, cache.block_size, paged, cfg.calibration)
     return RunParts(alloc, sched, cost, capacity, block_size)

@@ -23,7 +23,8 @@ FINISHED, REJECTED, PENDING = "finished", "rejected", "unfinished"
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap)."""
+    """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap).
+    `static` runs `kvsim.static_batching.StaticScheduler` instead (chosen by `build_run`)."""
 
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
@@ -130,8 +131,6 @@ class Scheduler:
     # -- one step ---------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
         """Plan the next step and allocate its memory; None when there is nothing to run."""
-        if self.cfg.batching == "static":
-            return self._schedule_static(now)
         plan = StepPlan()
         preempted = self._grow_running(plan)
         budget = self.cfg.max_batched_tokens - plan.decode_seqs
@@ -183,7 +182,7 @@ class Scheduler:
         """When every running request is decoding under continuous batching and nothing is swapped
         out: (decoding sequence ids in `_grow_running` order, steps before a request's last token,
         context tokens held now); else None. The engine may then run steps at once (`advance`)."""
-        if self.cfg.batching != "continuous" or self.swapped or not self.running:
+        if self.swapped or not self.running:
             return None
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
         if any(prefill_left[i] for i in running):
@@ -303,37 +302,13 @@ class Scheduler:
             plan.decode_seqs += len(seqs)
             plan.decode_context_tokens += (kv + 1) * len(seqs)
 
-    def _schedule_static(self, now: float) -> StepPlan | None:
-        """FasterTransformer-style: form a batch only when none runs; it runs until its longest
-        request ends (finished requests stay in the batch as padding)."""
-        if not self.running:
-            plan = StepPlan()
-            self._admit(plan, 1 << 62, now)
-            if not plan.prefills:
-                if self.waiting:
-                    self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
-                    return self._schedule_static(now)
-                return None
-            longest = max(chunk for _, chunk in plan.prefills)   # prompts padded to the longest
-            plan.prefill_tokens = longest * len(plan.prefills)
-            plan.batch_requests = len(self.running)
-            return plan
-        plan = StepPlan()
-        for i in self.running:
-            n = self.n[i]
-            if self.generated[i] < self.output[i]:
-                for s in self.seq_ids(i):
-                    self.alloc.append(s)
-                self.kv_len[i] += 1
-                plan.decodes.append(i)
-            plan.decode_seqs += n
-            plan.decode_context_tokens += self.kv_len[i] * n
-        plan.batch_requests = len(self.running)
-        return plan
-
     # -- after the step -------------------------------------------------------------------------
     def finish(self, plan: StepPlan, now: float) -> None:
         """Emit the step's tokens at time `now` and retire finished requests."""
+        self._retire(self._emit(plan, now), now)
+
+    def _emit(self, plan: StepPlan, now: float) -> list[int]:
+        """Count the step's tokens (first tokens stamped at `now`); returns requests now complete."""
         done = []
         for i, _ in plan.prefills:
             if self.prefill_left[i] == 0:
@@ -346,11 +321,9 @@ class Scheduler:
             g = self.generated[i] = self.generated[i] + 1
             if g == self.output[i]:
                 retire.append(i)
-        if self.cfg.batching == "static":
-            if all(self.generated[i] >= self.output[i] for i in self.running):
-                retire = list(self.running)
-            else:
-                return
+        return retire
+
+    def _retire(self, retire: list[int], now: float) -> None:
         for i in retire:
             self.running.remove(i)
             self.running_seqs -= self.n[i]

@@ -1,0 +1,47 @@
+"""Request-level (static) batching, the FasterTransformer baseline of the vLLM paper: a batch forms
+only when none runs, its prompts are padded to the longest, and every request of it is returned when
+its longest one ends (finished requests stay in the batch as padding). Plain Python, no SimPy."""
+
+from __future__ import annotations
+
+from kvsim.scheduler import Scheduler, StepPlan
+
+
+class StaticScheduler(Scheduler):
+    """`Scheduler` with FasterTransformer-style batches; admission is still FCFS while memory allows."""
+
+    def schedule(self, now: float) -> StepPlan | None:
+        """Form a batch when none runs (one prefill step), else one decode step of the batch."""
+        plan = StepPlan()
+        if not self.running:
+            self._admit(plan, 1 << 62, now)
+            if not plan.prefills:
+                if self.waiting:
+                    self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
+                    return self.schedule(now)
+                return None
+            longest = max(chunk for _, chunk in plan.prefills)   # prompts padded to the longest
+            plan.prefill_tokens = longest * len(plan.prefills)
+            plan.batch_requests = len(self.running)
+            return plan
+        for i in self.running:
+            n = self.n[i]
+            if self.generated[i] < self.output[i]:
+                for s in self.seq_ids(i):
+                    self.alloc.append(s)
+                self.kv_len[i] += 1
+                plan.decodes.append(i)
+            plan.decode_seqs += n               # finished requests still occupy their batch slot
+            plan.decode_context_tokens += self.kv_len[i] * n
+        plan.batch_requests = len(self.running)
+        return plan
+
+    def finish(self, plan: StepPlan, now: float) -> None:
+        """Emit the step's tokens; retire the whole batch once its longest request is done."""
+        self._emit(plan, now)
+        if all(self.generated[i] >= self.output[i] for i in self.running):
+            self._retire(list(self.running), now)
+
+    def steady_decodes(self) -> None:
+        """Never: the engine steps a static batch one step at a time."""
+        return None
