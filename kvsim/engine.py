@@ -113,28 +113,19 @@ class Engine:
         steps = sched.alloc.decode_window(ids, steps)
         if steps < 2:
             return now, 0
-        times, nxt = self.arrivals, self.next_arrival
-        queued, num_seqs, step_time = len(sched.waiting), len(ids), self.cost.step_time
+        nxt, queued, num_seqs, step_time = self.next_arrival, len(sched.waiting), len(ids), self.cost.step_time
         starts, durations, waiting = [], [], []
         t = now
         for j in range(steps):
-            while nxt < len(times) and times[nxt] < t + _TIE * (1 + t):
-                if times[nxt] > t - _TIE * (1 + t):
-                    break                          # a tie: which comes first is SimPy's to say
-                if not sched.never_served(nxt):
-                    if not queued:
-                        break                      # it would be admitted at this step
-                    queued += 1                    # it queues behind a blocked head
-                nxt += 1
-            else:
-                starts.append(t)
-                waiting.append(queued)
-                durations.append(step_time(0, 0, num_seqs, context + (j + 1) * num_seqs))
-                t = t + durations[-1]
-                continue
-            break
+            nxt, queued = self._queue_before(t, nxt, queued)
+            if nxt < 0:
+                break
+            starts.append(t)
+            waiting.append(queued)
+            durations.append(step_time(0, 0, num_seqs, context + (j + 1) * num_seqs))
+            t = t + durations[-1]
         # the window's end is the next step's start: no tie with an arrival, and exactly reachable
-        while starts and (now + (t - now) != t or _ties(times, self.next_arrival, t)):
+        while starts and (now + (t - now) != t or _ties(self.arrivals, self.next_arrival, t)):
             t = starts.pop()
             durations.pop()
             waiting.pop()
@@ -146,6 +137,22 @@ class Engine:
         sched.advance(k)
         self.log.record_steps(starts, durations, plan, waiting, mems)
         return t, k
+
+
+    def _queue_before(self, t: float, nxt: int, queued: int) -> tuple[int, int]:
+        """Take the arrivals from index `nxt` that come before a step starting at `t` into the count of
+        `queued` requests; returns (next index, queued), or (-1, queued) when the step cannot be in a
+        window: an arrival ties with `t`, or would be admitted at `t` (the queue was empty)."""
+        times, tie = self.arrivals, _TIE * (1 + t)
+        while nxt < len(times) and times[nxt] < t + tie:
+            if times[nxt] > t - tie:
+                return -1, queued                  # a tie: which comes first is SimPy's to say
+            if not self.sched.never_served(nxt):
+                if not queued:
+                    return -1, queued              # it would be admitted at this step
+                queued += 1                        # it queues behind a blocked head
+            nxt += 1
+        return nxt, queued
 
 
 def _ties(times: list[float], start: int, t: float) -> bool:

@@ -6,6 +6,8 @@ snapshot is weighted by the step's duration.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -26,13 +28,10 @@ class StepLog:
 
     def record(self, now: float, duration: float, plan: StepPlan, waiting: int, mem: MemoryStats) -> None:
         """Log the step that starts at `now` (s) and lasts `duration` (s), with its memory snapshot."""
-        self.rows.append((len(self.rows), now, duration, plan.batch_requests, waiting,
-                          plan.prefill_tokens, plan.decode_seqs, mem.used_blocks, mem.free_blocks,
-                          mem.token_states, mem.reserved, mem.internal_fragmentation,
-                          mem.external_fragmentation, mem.free, mem.unshared_blocks))
+        self.record_steps((now,), (duration,), plan, (waiting,), (mem,))
 
-    def record_steps(self, starts: list[float], durations: list[float], plan: StepPlan,
-                     waiting: list[int], mems: list[MemoryStats]) -> None:
+    def record_steps(self, starts: Sequence[float], durations: Sequence[float], plan: StepPlan,
+                     waiting: Sequence[int], mems: Sequence[MemoryStats]) -> None:
         """Log consecutive steps of the same batch shape (`plan`'s counts), one per start time."""
         step, rows = len(self.rows), self.rows
         batch, prefill, decode = plan.batch_requests, plan.prefill_tokens, plan.decode_seqs

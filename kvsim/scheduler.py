@@ -151,12 +151,9 @@ class Scheduler:
     def _grow_running(self, plan: StepPlan) -> bool:
         """Give each decoding sequence its next slot, preempting from the back when memory runs out.
         (The simulator's hot loop: one allocator call for the whole batch while memory lasts.)"""
-        running, stride, n, kv_len, prefill_left = self.running, self.stride, self.n, self.kv_len, self.prefill_left
+        running, n, kv_len, prefill_left = self.running, self.n, self.kv_len, self.prefill_left
         decoding = [i for i in running if not prefill_left[i]]
-        if self.running_seqs == len(running):        # one sequence per request
-            ids = [i * stride for i in decoding]
-        else:
-            ids = [s for i in decoding for s in range(i * stride, i * stride + n[i])]
+        ids = self._decoding_seq_ids(decoding)
         preempted, done = False, 0
         while True:
             done += self.alloc.append_each(ids, done)
@@ -188,14 +185,17 @@ class Scheduler:
         if any(prefill_left[i] for i in running):
             return None
         steps = min(output[i] - generated[i] for i in running) - 1
-        stride, n, kv_len = self.stride, self.n, self.kv_len
-        if self.running_seqs == len(running):
-            ids = [i * stride for i in running]
-            context = sum(kv_len[i] for i in running)
-        else:
-            ids = [s for i in running for s in range(i * stride, i * stride + n[i])]
-            context = sum(kv_len[i] * n[i] for i in running)
-        return ids, steps, context
+        n, kv_len = self.n, self.kv_len
+        context = sum(kv_len[i] * n[i] for i in running)
+        return self._decoding_seq_ids(running), steps, context
+
+    def _decoding_seq_ids(self, decoding: list[int]) -> list[int]:
+        """Sequence ids of the running requests `decoding`, in order (one per sample)."""
+        stride = self.stride
+        if self.running_seqs == len(self.running):   # one sequence per request
+            return [i * stride for i in decoding]
+        n = self.n
+        return [s for i in decoding for s in range(i * stride, i * stride + n[i])]
 
     def advance(self, steps: int) -> None:
         """`steps` decode steps of every running request at once, none of them its last (the
