@@ -131,10 +131,9 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
     import torch
 
     from gpu_harness.replay import TINY, ReplayShape, replay as run_replay
-    from kvsim.config import CacheConfig, SimConfig
-    from kvsim.scheduler import SchedulerConfig
+    from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
     from kvsim.specs import Deployment, get_gpu, get_model
-    from kvsim.trace import load_trace
+    from kvsim.trace_formats import load_trace
     try:
         dep = Deployment(get_model(model), get_gpu(gpu), tp)
         cfg = SimConfig(dep, CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,

@@ -17,11 +17,10 @@ import typer
 from kvsim.calibration import load_calibration
 from kvsim.cli_trace import trace_app
 from kvsim.output import Progress, error, print_comparison, print_summary, write_outputs
-from kvsim.scheduler import SchedulerConfig
-from kvsim.config import CacheConfig, SimConfig
+from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model, load_hf_config
-from kvsim.trace import load_trace
+from kvsim.trace_formats import load_trace
 
 app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
                   no_args_is_help=True, add_completion=False)

@@ -1,4 +1,5 @@
-"""Run configuration (frozen dataclasses) and the SimPy-free parts a run is built from.
+"""Run configuration (frozen dataclasses: `SchedulerConfig`, `CacheConfig`, `SimConfig`) and the
+SimPy-free parts a run is built from. The CLI, the harness and the Python API build configs from here.
 
 `build_run` turns a trace and a `SimConfig` into allocator, scheduler and cost model; the SimPy engine
 (`kvsim.sim`) and the GPU harness replay (which must not need SimPy) both start from it.
@@ -11,11 +12,30 @@ from dataclasses import asdict, dataclass, field
 from kvsim.alloc import ALLOCATORS, make_allocator
 from kvsim.calibration import Calibration
 from kvsim.cost import CostModel
-from kvsim.scheduler import Scheduler, SchedulerConfig
+from kvsim.scheduler import Scheduler
 from kvsim.specs import GIB, Deployment
 from kvsim.static_batching import StaticScheduler
 from kvsim.trace import Trace
 
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap).
+    `static` runs `kvsim.static_batching.StaticScheduler` instead (chosen by `build_run`)."""
+
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool = False
+    preemption: str = "recompute"
+    batching: str = "continuous"
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
+        if self.batching not in ("continuous", "static"):
+            raise ValueError(f"unknown batching mode {self.batching!r}; known: continuous, static")
 
 
 @dataclass(frozen=True, slots=True)

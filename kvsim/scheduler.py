@@ -14,31 +14,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvsim.alloc.base import Allocator
 from kvsim.trace import Trace
 
+if TYPE_CHECKING:
+    from kvsim.config import SchedulerConfig
+
 FINISHED, REJECTED, PENDING = "finished", "rejected", "unfinished"
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap).
-    `static` runs `kvsim.static_batching.StaticScheduler` instead (chosen by `build_run`)."""
-
-    max_num_seqs: int = 256
-    max_batched_tokens: int = 8192
-    chunked_prefill: bool = False
-    preemption: str = "recompute"
-    batching: str = "continuous"
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
-            raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
-        if self.preemption not in ("recompute", "swap"):
-            raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
-        if self.batching not in ("continuous", "static"):
-            raise ValueError(f"unknown batching mode {self.batching!r}; known: continuous, static")
 
 
 @dataclass(slots=True)
@@ -117,12 +101,9 @@ class Scheduler:
         self.num_rejected += 1
 
     def _peak_slots(self, i: int) -> int:
-        """KV slots request `i` holds at its peak: shared full prompt blocks once, the rest per sample."""
-        p, final, bs = self.prompt[i], self.prompt[i] + self.output[i] - 1, self.alloc.block_size
-        reserve = getattr(self.alloc, "reservation", None)
-        per_seq = reserve(p, final) if reserve else -(-final // bs) * bs
-        shared = (p // bs) * bs if hasattr(self.alloc, "block_table") else 0
-        return shared + self.n[i] * (per_seq - shared)
+        """KV slots request `i` holds at its peak, all samples together (what the allocator shares
+        counted once; contiguous: each sample's whole reservation, placement padding included)."""
+        return self.alloc.peak_slots(self.prompt[i], self.prompt[i] + self.output[i] - 1, self.n[i])
 
     def done(self) -> bool:
         """True when nothing is waiting, running or swapped out."""

@@ -1,5 +1,5 @@
 """One simulation: build the run from its configuration, drive it with the SimPy engine, and return
-the records. The CLI, sweeps and notebooks all come through `simulate`.
+the records. The command line and the Python API both come through `simulate`.
 """
 
 from __future__ import annotations

@@ -6,14 +6,14 @@ Mooncake trace's `hash_ids`) or as a named prefix group with a shared prefix len
 turns either into per-block content ids at the run's block size; the allocator chains them itself.
 
 File formats live in `kvsim.trace_jsonl` (the kvsim JSONL schema) and `kvsim.trace_formats` (Azure,
-Mooncake, Vidur/Splitwise, auto-detection); `load_trace` here is the one entry point for all of them.
+Mooncake, Vidur/Splitwise, auto-detection, and `load_trace`, the one entry point for all of them); this
+module imports neither.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -270,11 +270,3 @@ def _first_bad(name: str, bad: np.ndarray, rule: str, offset: int = 0) -> None:
     hits = np.flatnonzero(bad)
     if len(hits):
         raise ValueError(f"Trace.{name} must be {rule}; request {int(hits[0]) + offset} is not")
-
-
-def load_trace(path: str | Path, format: str = "auto", *, rate: float | None = None, seed: int = 0,
-               hash_block_size: int | None = None) -> Trace:
-    """Read a trace in any supported format (see `kvsim.trace_formats.read_trace`); raises TraceError."""
-    from kvsim.trace_formats import read_trace  # the format readers import this module
-
-    return read_trace(path, format, rate=rate, seed=seed, hash_block_size=hash_block_size)[0]

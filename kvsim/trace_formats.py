@@ -4,7 +4,8 @@ Formats (`--format`): `jsonl` (kvsim's own, see kvsim.trace_jsonl), `azure` (Azu
 `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a datetime), `mooncake` (JSONL: `timestamp` in ms,
 `input_length`, `output_length`, `hash_ids` over 512-token blocks), `vidur` (Vidur/Splitwise CSV:
 `num_prefill_tokens,num_decode_tokens` and optionally `arrived_at` in seconds). `auto` looks at the
-first line. Conventions, the same for every reader:
+first line. `load_trace` is the one entry point for every format (`read_trace` adds what a
+conversion changed). Conventions, the same for every reader:
 - arrival_s is seconds from the first request (timestamps are shifted so the trace starts at 0);
 - timestamps must not decrease (an error, not a silent sort);
 - a length of 0 tokens (prompt or output) becomes 1 and is counted in the ConversionReport; a negative
@@ -105,6 +106,12 @@ def read_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
         return _finish(path, fmt, np.zeros(len(frame)), *lengths, arrivals="all 0")
     seconds = np.round(poisson_arrivals(rate, np.random.default_rng(seed), num=len(frame)), 6)
     return _finish(path, fmt, seconds, *lengths, arrivals=f"Poisson, {rate:g} req/s, seed {seed}")
+
+
+def load_trace(path: str | Path, format: str = "auto", *, rate: float | None = None, seed: int = 0,
+               hash_block_size: int | None = None) -> Trace:
+    """The trace alone from `read_trace` (the entry point the CLI and the Python API use)."""
+    return read_trace(path, format, rate=rate, seed=seed, hash_block_size=hash_block_size)[0]
 
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:

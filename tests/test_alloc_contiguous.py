@@ -31,7 +31,9 @@ def test_pow2_reserves_prompt_plus_output_rounded_up(prompt, output, expected):
     assert reservation("pow2", prompt, prompt + output - 1, 2048) == expected
     a = ContiguousAllocator(8192, max_seq_len=2048, reserve="pow2", placement="first-fit")
     a.allocate(1, prompt, prompt + output - 1)
-    assert a.extent(1) == (0, expected)
+    s = a.stats()
+    assert s.token_states + s.reserved + s.internal_fragmentation == expected
+    assert a.peak_slots(prompt, prompt + output - 1, num_seqs=3) == 3 * expected
 
 
 def test_oracle_and_max_reservations():
@@ -42,8 +44,8 @@ def test_oracle_and_max_reservations():
 
 def test_buddy_rounding_is_external_fragmentation():
     a = ContiguousAllocator(1024, max_seq_len=2048, reserve="oracle", placement="buddy")
+    assert a.peak_slots(60, 100, num_seqs=2) == 2 * 128
     a.allocate(1, 60, 100)                # 100 slots placed in a 128-slot buddy block
-    assert a.extent(1) == (0, 100)
     s = a.stats()
     assert (s.token_states, s.reserved, s.internal_fragmentation, s.external_fragmentation) == (60, 40, 0, 28)
     assert (s.free, s.used_blocks, s.free_blocks) == (1024 - 128, 128, 1024 - 128)
@@ -68,7 +70,7 @@ def test_first_fit_places_lowest_and_coalesces_neighbours():
     a = ContiguousAllocator(100, max_seq_len=100, reserve="oracle", placement="first-fit")
     for seq in range(3):
         a.allocate(seq, 30, 30)
-    assert [a.extent(s)[0] for s in range(3)] == [0, 30, 60]
+    assert a._pool.extents() == [(90, 10)]
     a.free(0)
     a.free(2)
     assert a._pool.extents() == [(0, 30), (60, 40)]     # 2's extent merged with the tail
@@ -76,7 +78,7 @@ def test_first_fit_places_lowest_and_coalesces_neighbours():
     a.free(1)
     assert a._pool.extents() == [(0, 100)]
     a.allocate(3, 35, 35)
-    assert a.extent(3) == (0, 35)
+    assert a._pool.extents() == [(35, 65)]
     a.check_invariants()
 
 
@@ -110,7 +112,7 @@ def test_fork_copies_into_a_new_extent():
     a.allocate(1, 10, 20)
     assert a.can_fork(1)
     a.fork(1, 2)
-    assert a.extent(2) == (20, 20) and a.num_tokens(2) == 10
+    assert a._pool.extents() == [(40, 24)] and a.num_tokens(2) == 10
     assert a.stats().token_states == 20
     a.allocate(3, 24, 24)
     assert not a.can_fork(1)                     # 0 slots left
@@ -121,7 +123,7 @@ def test_fork_copies_into_a_new_extent():
     (lambda a: a.append(9), "unknown sequence id 9"),
     (lambda a: a.can_append(9), "unknown sequence id 9"),
     (lambda a: a.free(9), "unknown sequence id 9"),
-    (lambda a: a.extent(9), "unknown sequence id 9"),
+    (lambda a: a.num_tokens(9), "unknown sequence id 9"),
     (lambda a: a.fork(9, 10), "unknown sequence id 9"),
     (lambda a: a.fork(1, 1), "sequence id 1 is already allocated"),
     (lambda a: a.allocate(1, 2, 2), "sequence id 1 is already allocated"),

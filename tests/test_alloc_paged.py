@@ -28,6 +28,9 @@ def test_request_peaks_at_ceil_prompt_plus_output_minus_one_blocks():
     assert a.num_tokens(1) == 16 and len(a.block_table(1)) == 4
     s = a.stats()
     assert (s.token_states, s.reserved, s.internal_fragmentation) == (16, 0, 0)
+    assert a.peak_slots(prompt, prompt + outputs - 1) == 16
+    # 3 samples: the prompt's 2 full blocks once, then 2 blocks each (8 + 3 x 8 slots)
+    assert a.peak_slots(prompt, prompt + outputs - 1, num_seqs=3) == 32
 
 
 def test_stats_split_reserved_and_internal_fragmentation_of_last_block():

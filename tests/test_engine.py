@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from kvsim.cost import ConstantCost
-from kvsim.scheduler import SchedulerConfig
-from kvsim.config import CacheConfig, SimConfig
+from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace import Trace
@@ -110,6 +109,16 @@ def test_too_long_requests_are_rejected_with_a_reason_and_the_run_goes_on():
     assert "exceeds the model's maximum length 2048" in res.requests.reason[0]
     assert "more than the whole cache" in res.requests.reason[2]
     assert res.summary["requests_rejected"] == 2
+
+
+def test_a_contiguous_reservation_larger_than_the_cache_is_rejected_on_arrival():
+    # 1000 slots; B's pow2 reservation is 500 + 512 = 1012 slots although it peaks at 799 tokens:
+    # rejected when it arrives, so C (behind it in the queue) runs beside A instead of waiting
+    rows = [(0.0, 10, 3), (0.0, 500, 300), (0.0, 10, 3)]
+    res = run(trace_of(rows), config("contiguous", num_blocks=250, reserve="pow2"))
+    assert res.requests.status.tolist() == ["finished", "rejected", "finished"]
+    assert res.requests.reason[1] == "needs 1012 KV slots at its peak, more than the whole cache (1000)"
+    assert res.requests.finished_s.tolist() == [3 * C, 0.0, 3 * C]
 
 
 def test_parallel_samples_share_the_prompt():

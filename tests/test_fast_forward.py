@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from kvsim.config import CacheConfig, SimConfig, build_run
+from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
 from kvsim.cost import ConstantCost
 from kvsim.engine import Engine
 from kvsim.metrics import StepLog
-from kvsim.scheduler import SchedulerConfig
 from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace, load_trace
+from kvsim.trace import Trace
+from kvsim.trace_formats import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvsim.trace import TraceError, load_trace
-from kvsim.trace_formats import detect_format, read_trace
+from kvsim.trace import TraceError
+from kvsim.trace_formats import detect_format, load_trace, read_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -49,6 +49,10 @@ class Allocator(Protocol):
     block_size: int          # slots per block (contiguous: 1)
     capacity_tokens: int     # total slots
 
+    def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
+        """Slots a request of `num_seqs` sequences (forked from one of `num_tokens`) takes when each
+        holds `final_tokens`; more than `capacity_tokens` means it can never be served."""
+
     def can_allocate(self, num_tokens: int, final_tokens: int) -> bool:
         """Whether a new sequence needing `num_tokens` slots now (peak `final_tokens`) fits."""
 

@@ -65,11 +65,12 @@ class ContiguousAllocator:
         if seq_id not in self._extent:
             raise AllocationError(f"unknown sequence id {seq_id}")
 
-    def extent(self, seq_id: int) -> tuple[int, int]:
-        """(start address, reserved slots) of `seq_id`'s reservation."""
-        self._check_id(seq_id)
-        start, reserved, _ = self._extent[seq_id]
-        return start, reserved
+    def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
+        """Slots `num_seqs` sequences of `num_tokens` now and `final_tokens` at their peak take: each
+        its own reservation (forks copy it), placed (a buddy block rounds it up to a power of two)."""
+        reserved = self._reservation(num_tokens, final_tokens)
+        placed = 1 << (reserved - 1).bit_length() if self.placement == "buddy" else reserved
+        return num_seqs * placed
 
     def num_tokens(self, seq_id: int) -> int:
         """Slots `seq_id` holds written."""

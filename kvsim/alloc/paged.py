@@ -83,6 +83,13 @@ class PagedAllocator:
 
     # ---- allocate / fork / free ----------------------------------------------------------------
 
+    def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
+        """Slots `num_seqs` sequences forked from one of `num_tokens` hold at `final_tokens` each:
+        the full blocks of the first `num_tokens` once (shared), the rest of each sequence's blocks."""
+        bs = self.block_size
+        shared = num_tokens // bs * bs
+        return shared + num_seqs * (-(-max(final_tokens, num_tokens) // bs) * bs - shared)
+
     def can_allocate(self, num_tokens: int, final_tokens: int = 0) -> bool:
         """Whether ceil(num_tokens / block_size) blocks are free; prefix-cache hits are ignored (a hit
         on an evictable block takes a free block too, so this is conservative)."""
