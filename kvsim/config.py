@@ -57,8 +57,8 @@ class CacheConfig:
             raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}")
         if self.block_size < 1:
             raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
-        if self.swap_gib < 0:
-            raise ValueError(f"swap space must be >= 0 GiB, got {self.swap_gib}")
+        if not 0 <= self.swap_gib < float("inf"):
+            raise ValueError(f"--swap-gib must be a finite number >= 0, got {self.swap_gib}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,10 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     paged = cache.allocator == "paged"
     block_size = cache.block_size if paged else 1
     capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util)
+    if capacity < 1:
+        raise ValueError("the KV cache holds no token slot (--kv-gib or --num-blocks too small)")
+    if capacity < block_size:
+        raise ValueError(f"--block-size {block_size} is larger than the whole KV cache ({capacity} token slots)")
     capacity -= capacity % block_size
     alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
                            max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,

@@ -18,6 +18,10 @@ GIB = 1024**3
 #: for a 13B model at 8K batched tokens).
 ACTIVATION_RESERVE_BYTES = 1 * GIB
 
+#: The most KV token slots a run may have (about 1.1e15): counts stay exact in float64 time averages,
+#: and no real deployment comes near (OPT-13B would need 800 PiB of KV memory).
+MAX_CAPACITY_TOKENS = 2**50
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
@@ -181,11 +185,11 @@ class Deployment:
         if num_blocks is not None:
             if num_blocks <= 0:
                 raise ValueError(f"--num-blocks must be positive, got {num_blocks}")
-            return num_blocks * block_size
+            return _bounded(num_blocks * block_size, f"--num-blocks {num_blocks} x --block-size {block_size}")
         if kv_gib is not None:
-            if kv_gib <= 0:
-                raise ValueError(f"--kv-gib must be positive, got {kv_gib}")
-            return int(math.floor(kv_gib * GIB / per_token))
+            if not math.isfinite(kv_gib) or kv_gib <= 0:
+                raise ValueError(f"--kv-gib must be positive and finite, got {kv_gib}")
+            return _bounded(int(math.floor(kv_gib * GIB / per_token)), f"--kv-gib {kv_gib:g}")
         if not 0 < gpu_mem_util <= 1:
             raise ValueError(f"--gpu-mem-util must be in (0, 1], got {gpu_mem_util}")
         per_gpu = (self.gpu.memory_bytes * gpu_mem_util - self.model.weight_bytes / self.tp
@@ -193,4 +197,12 @@ class Deployment:
         if per_gpu <= 0:
             raise ValueError(f"{self.model.name} on {self.tp} x {self.gpu.name} at gpu-mem-util "
                              f"{gpu_mem_util}: weights leave no memory for the KV cache")
-        return int(math.floor(per_gpu * self.tp / per_token))
+        return _bounded(int(math.floor(per_gpu * self.tp / per_token)), f"--tp {self.tp}")
+
+
+def _bounded(capacity_tokens: int, source: str) -> int:
+    """`capacity_tokens`, or a ValueError naming the flag (`source`) when it passes MAX_CAPACITY_TOKENS."""
+    if capacity_tokens > MAX_CAPACITY_TOKENS:
+        raise ValueError(f"{source}: {capacity_tokens:.3g} KV token slots is more than kvsim models "
+                         f"(at most 2^50 = {MAX_CAPACITY_TOKENS:.3g})")
+    return capacity_tokens

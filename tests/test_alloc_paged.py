@@ -139,3 +139,36 @@ def test_misuse_raises_allocation_error(call, match):
 def test_bad_config_raises_value_error():
     with pytest.raises(ValueError, match="block_size"):
         PagedAllocator(num_blocks=4, block_size=0)
+
+
+def test_blocks_are_taken_fresh_in_id_order_then_released_oldest_first():
+    # the order a free list over all blocks gives (take from the left, release to the right, a
+    # sequence's blocks last-first): fresh ids first, then released blocks in release order
+    a = PagedAllocator(num_blocks=6, block_size=2)
+    a.allocate(1, 4, 4)                          # [0, 1]
+    a.allocate(2, 2, 2)                          # [2]
+    a.free(1)                                    # released: 1, 0
+    a.allocate(3, 6, 6)                          # fresh 3, 4, 5
+    assert a.block_table(3) == [3, 4, 5]
+    a.free(2)                                    # released: 1, 0, 2
+    a.allocate(4, 5, 5)
+    assert a.block_table(4) == [1, 0, 2]
+    a.check_invariants()
+
+
+def test_memory_follows_blocks_used_not_capacity():
+    import tracemalloc
+    tracemalloc.start()
+    a = PagedAllocator(num_blocks=10**12, block_size=16, prefix_caching=True)
+    a.allocate(1, 100, 200, block_hashes=range(6))
+    for _ in range(100):
+        a.append(1)
+    size, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 100_000, f"{peak} bytes for 13 blocks used of 10^12"
+    assert a.block_table(1) == list(range(13))
+    s = a.stats()
+    assert (s.used_blocks, s.free_blocks, s.token_states) == (13, 10**12 - 13, 200)
+    a.free(1)
+    assert a.num_free_blocks == 10**12
+    a.check_invariants()

@@ -1,10 +1,11 @@
 """Model and GPU presets, HF config loading, and the KV capacities of the vLLM paper's Table 1."""
 
 import json
+import re
 
 import pytest
 
-from kvsim.specs import GIB, MODELS, GPUS, Deployment, get_gpu, get_model, load_hf_config
+from kvsim.specs import GIB, GPUS, MAX_CAPACITY_TOKENS, MODELS, Deployment, get_gpu, get_model, load_hf_config
 
 
 def test_opt_13b_12_gib_gives_15_7k_slots_at_800_kib_per_token():
@@ -74,3 +75,21 @@ def test_hf_config_errors_name_the_file_and_field(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read model config"):
         load_hf_config(path)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"kv_gib": float("inf")}, "--kv-gib must be positive and finite, got inf"),
+    ({"kv_gib": float("nan")}, "--kv-gib must be positive and finite, got nan"),
+    ({"kv_gib": 1e30}, "--kv-gib 1e+30: 1.31e+33 KV token slots is more than kvsim models"),
+    ({"num_blocks": 10**17}, "--num-blocks 100000000000000000 x --block-size 16: 1.6e+18 KV token slots"),
+])
+def test_absurd_capacities_are_refused_naming_the_flag(kwargs, message):
+    dep = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dep.kv_capacity_tokens(**kwargs)
+
+
+def test_largest_capacity_is_accepted():
+    dep = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
+    assert dep.kv_capacity_tokens(kv_gib=1e9) == 1e9 * 2**30 // 819200
+    assert dep.kv_capacity_tokens(num_blocks=2**46, block_size=16) == MAX_CAPACITY_TOKENS

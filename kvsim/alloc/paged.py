@@ -3,9 +3,14 @@ sequence, reference counts for sharing (fork, prefix caching) and copy-on-write.
 
 Units: `num_blocks` blocks of `block_size` token slots; lengths in token slots.
 
+Memory follows use, not capacity: blocks below the high-water mark `_top` have been used at least
+once; a fresh block is taken at `_top` (ids in increasing order) until capacity is reached, then from
+the FIFO `_free` of released blocks. That is the order a free list over all blocks, taken from the
+left and refilled on the right, gives, without building it: `--num-blocks 10**12` costs nothing up front.
+
 Invariants (checked by `check_invariants`):
-- every block is exactly one of: used (reference count > 0), plain free (in `_free`), evictable
-  (free but cached, in the prefix cache);
+- every block is exactly one of: used (reference count > 0), plain free (in `_free`, or never used:
+  id >= `_top`), evictable (free but cached, in the prefix cache); `len(_ref) == _top`;
 - `len(table) == ceil(tokens / block_size)` and `tokens <= final` for every sequence;
 - a block's reference count equals the number of tables holding it;
 - all holders of a block hold it at the same index with the same fill (copy-on-write keeps partly
@@ -49,10 +54,11 @@ class PagedAllocator:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.capacity_tokens = num_blocks * block_size
-        self._free: deque[int] = deque(range(num_blocks))   # plain free blocks, taken from the left
-        self._ref = [0] * num_blocks                          # block id -> number of tables holding it
+        self._top = 0                      # blocks [0, _top) have been used; the rest never were
+        self._free: deque[int] = deque()   # released plain free blocks below _top, taken from the left
+        self._ref: list[int] = []          # block id (< _top) -> number of tables holding it
         self._seqs: dict[int, _Seq] = {}
-        self._cache = PrefixCache(num_blocks) if prefix_caching else None
+        self._cache = PrefixCache() if prefix_caching else None
         self._sum_tokens = 0
         self._sum_reach = 0
         self._sum_blocks = 0
@@ -65,7 +71,8 @@ class PagedAllocator:
     def num_free_blocks(self) -> int:
         """Blocks a sequence can take now: plain free plus evictable cached blocks."""
         cache = self._cache
-        return len(self._free) + (cache.num_evictable if cache is not None else 0)
+        return (self.num_blocks - self._top + len(self._free)
+                + (cache.num_evictable if cache is not None else 0))
 
     def block_table(self, seq_id: int) -> list[int]:
         """A copy of `seq_id`'s block ids, in token order."""
@@ -176,7 +183,13 @@ class PagedAllocator:
         self._sum_blocks -= len(seq.table)
 
     def _take(self) -> int:
-        """A fresh block with reference count 1: a plain free one, else the LRU evictable one."""
+        """A fresh block with reference count 1: a never used one, else a released plain free one, else
+        the LRU evictable one."""
+        if self._top < self.num_blocks:
+            block = self._top
+            self._top += 1
+            self._ref.append(1)
+            return block
         block = self._free.popleft() if self._free else self._cache.evict_lru()
         self._ref[block] = 1
         return block
@@ -343,7 +356,7 @@ class PagedAllocator:
         block is shared (then O(live sequences)). Paged memory has no external fragmentation, so `head_*` is unused."""
         bs = self.block_size
         num_cached = self._cache.num_evictable if self._cache is not None else 0
-        num_free = len(self._free) + num_cached
+        num_free = self.num_blocks - self._top + len(self._free) + num_cached
         used = self.num_blocks - num_free
         if not self._shared_partial:
             tokens, reach = self._sum_tokens - self._excess, self._sum_reach - self._excess
@@ -378,7 +391,9 @@ class PagedAllocator:
         free = set(self._free)
         assert len(free) == len(self._free), "a block appears twice in the free list"
         evictable = set(self._cache.evictable_blocks()) if self._cache is not None else set()
-        counts = [0] * self.num_blocks
+        assert len(self._ref) == self._top <= self.num_blocks, "high-water mark and reference counts disagree"
+        assert all(b < self._top for b in free), "a released block lies above the high-water mark"
+        counts = [0] * self._top
         holders: dict[int, set[tuple[int, int]]] = {}    # block -> {(index, fill)}
         reach_of: dict[int, int] = {}                      # block -> furthest slot a holder will fill in it
         for seq_id, seq in self._seqs.items():
@@ -391,9 +406,9 @@ class PagedAllocator:
                 reach = min(bs, min(final, len(table) * bs) - k * bs)
                 reach_of[block] = max(reach_of.get(block, 0), reach)
         assert counts == self._ref, "reference counts differ from the number of tables holding blocks"
-        used = {b for b in range(self.num_blocks) if counts[b]}
+        used = {b for b in range(self._top) if counts[b]}
         assert not used & free and not used & evictable and not free & evictable, "block sets overlap"
-        assert len(used) + len(free) + len(evictable) == self.num_blocks, "a block is lost"
+        assert len(used) + len(free) + len(evictable) == self._top, "a block is lost"
         for block, positions in holders.items():
             assert len(positions) == 1, f"block {block} held at different (index, fill): {positions}"
         if self._cache is not None:

@@ -40,9 +40,9 @@ def chain_hashes(block_ids: Iterable[int]) -> list[int]:
 class PrefixCache:
     """Maps chained hashes to the blocks holding them; keeps freed cached blocks evictable (LRU)."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self) -> None:
         self._block_of: dict[int, int] = {}             # chained hash -> block id
-        self._hash_of: list[int | None] = [None] * num_blocks  # block id -> chained hash
+        self._hash_of: dict[int, int] = {}              # cached block id -> chained hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
 
     @property
@@ -72,14 +72,14 @@ class PrefixCache:
     def register(self, h: int, block: int) -> None:
         """Record that full `block` holds the prefix with chained hash `h`; a hash already cached in
         another block keeps its first block (the duplicate stays uncached)."""
-        if h not in self._block_of and self._hash_of[block] is None:
+        if h not in self._block_of and block not in self._hash_of:
             self._block_of[h] = block
             self._hash_of[block] = h
 
     def park(self, block: int) -> bool:
         """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
         (returns True), else the caller returns it to the plain free list (returns False)."""
-        if self._hash_of[block] is None:
+        if block not in self._hash_of:
             return False
         self._evictable[block] = None
         return True
@@ -87,8 +87,7 @@ class PrefixCache:
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
-        del self._block_of[self._hash_of[block]]
-        self._hash_of[block] = None
+        del self._block_of[self._hash_of.pop(block)]
         return block
 
     def evictable_blocks(self) -> list[int]:
@@ -97,17 +96,16 @@ class PrefixCache:
 
     def cached_hash(self, block: int) -> int | None:
         """The chained hash `block` holds, or None when it is not cached."""
-        return self._hash_of[block]
+        return self._hash_of.get(block)
 
     def check(self, ref_counts: Sequence[int]) -> None:
         """Assert the invariants in the module docstring."""
         for h, block in self._block_of.items():
-            assert self._hash_of[block] == h, f"hash map points {h:#x} at block {block}, which holds another"
-        num_cached = sum(h is not None for h in self._hash_of)
-        assert num_cached == len(self._block_of), "block -> hash and hash -> block maps disagree"
+            assert self._hash_of.get(block) == h, f"hash map points {h:#x} at block {block}, which holds another"
+        assert len(self._hash_of) == len(self._block_of), "block -> hash and hash -> block maps disagree"
         for block in self._evictable:
-            assert self._hash_of[block] is not None, f"evictable block {block} is not cached"
+            assert block in self._hash_of, f"evictable block {block} is not cached"
             assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
-        for block, h in enumerate(self._hash_of):
-            if h is not None and ref_counts[block] == 0:
+        for block, h in self._hash_of.items():
+            if ref_counts[block] == 0:
                 assert block in self._evictable, f"cached free block {block} is not evictable"
