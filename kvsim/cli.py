@@ -59,21 +59,31 @@ class Batching(str, Enum):
 
 
 TraceArg = typer.Argument(..., help="Trace file: kvsim JSONL, Azure CSV, Mooncake JSONL or Vidur CSV.")
-ModelOpt = typer.Option("opt-13b", "--model", help="Model preset (e.g. opt-13b, llama-3-8b).")
-ModelConfigOpt = typer.Option(None, "--model-config", help="Hugging Face config.json (overrides --model).")
+ModelOpt = typer.Option("opt-13b", "--model", help="Model preset or its Hugging Face id (e.g. opt-13b, "
+                        "llama-3-8b, meta-llama/Meta-Llama-3-8B-Instruct).")
+ModelConfigOpt = typer.Option(None, "--model-config", help="Hugging Face config.json, or a folder holding "
+                              "one (overrides --model).")
 GpuOpt = typer.Option("a100-40gb", "--gpu", help="GPU preset (e.g. a100-40gb, h100-80gb, h200).")
-TpOpt = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs).")
+TpOpt = typer.Option(1, "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel degree (GPUs).")
 KvGibOpt = typer.Option(None, "--kv-gib", help="KV memory of the whole deployment, GiB.")
-NumBlocksOpt = typer.Option(None, "--num-blocks", help="KV blocks of the whole deployment.")
-MemUtilOpt = typer.Option(0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights + KV, when no "
+NumBlocksOpt = typer.Option(None, "--num-blocks", "--num-gpu-blocks-override", help="KV blocks of the whole "
+                            "deployment.")
+MemUtilOpt = typer.Option(0.9, "--gpu-mem-util", "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV, when no "
                           "--kv-gib/--num-blocks.")
 BlockOpt = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens.")
 SeqsOpt = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences in one batch.")
-TokensOpt = typer.Option(8192, "--max-batched-tokens", min=1, help="Most tokens computed in one step.")
-ChunkOpt = typer.Option(False, "--chunked-prefill/--no-chunked-prefill", help="Split prompts over steps.")
+TokensOpt = typer.Option(8192, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
+                         help="Most tokens computed in one step (also sizes the activation reserve).")
+ChunkOpt = typer.Option(False, "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill",
+                        help="Split prompts over steps.")
 PreemptOpt = typer.Option(Preemption.recompute, "--preemption", help="How to evict when memory runs out.")
-SwapOpt = typer.Option(4.0, "--swap-gib", min=0.0, help="CPU swap space per GPU, GiB.")
-PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", help="Reuse cached prompt blocks.")
+SwapOpt = typer.Option(4.0, "--swap-gib", "--swap-space", min=0.0, help="CPU swap space per GPU, GiB.")
+PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching",
+                         help="Reuse cached prompt blocks.")
+KvDtypeOpt = typer.Option("auto", "--kv-cache-dtype", help="KV cache element type: auto (the model's), "
+                          "fp16, bf16 or fp8.")
+MaxLenOpt = typer.Option(None, "--max-model-len", min=1, help="Longest prompt + output served, tokens "
+                         "(default: the model's maximum); sizes the contiguous `max` reservation.")
 CalOpt = typer.Option(None, "--calibration", help="Calibration JSON from `kvsim harness calibrate`.")
 ForceCalOpt = typer.Option(False, "--force-calibration", help="Accept interpreter (CPU) timings anyway.")
 FormatOpt = typer.Option("auto", "--format", help="Trace format: auto, jsonl, azure, mooncake, vidur.")
@@ -86,8 +96,9 @@ MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the 
 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
            max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
-           force_calibration, seed) -> SimConfig:
+           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None) -> SimConfig:
     spec = load_hf_config(model_config) if model_config else get_model(model)
+    spec = spec.with_kv_cache_dtype(kv_cache_dtype).with_max_model_len(max_model_len)
     cal = load_calibration(calibration, force=force_calibration) if calibration else None
     return SimConfig(
         deployment=Deployment(spec, get_gpu(gpu), tp),
@@ -107,7 +118,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         placement: Placement = typer.Option(Placement.buddy, "--placement", help="Contiguous placement."),
         block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
         chunked_prefill: bool = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
-        prefix_caching: bool = PrefixOpt, calibration: Optional[Path] = CalOpt,
+        prefix_caching: bool = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
+        max_model_len: Optional[int] = MaxLenOpt, calibration: Optional[Path] = CalOpt,
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
         max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
@@ -118,7 +130,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     try:
         cfg = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
-                     prefix_caching, calibration, force_calibration, seed)
+                     prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
                                          placement=placement.value),
                       scheduler=replace(cfg.scheduler, batching=batching.value))
@@ -155,6 +167,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
             chunked_prefill: bool = ChunkOpt, preemption: Preemption = PreemptOpt,
             swap_gib: float = SwapOpt, prefix_caching: bool = PrefixOpt,
+            kv_cache_dtype: str = KvDtypeOpt, max_model_len: Optional[int] = MaxLenOpt,
             calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
             max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
@@ -163,7 +176,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     try:
         base = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                       max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
-                      prefix_caching, calibration, force_calibration, 0)
+                      prefix_caching, calibration, force_calibration, 0, kv_cache_dtype, max_model_len)
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))

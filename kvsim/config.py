@@ -94,7 +94,8 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     dep, cache = cfg.deployment, cfg.cache
     paged = cache.allocator == "paged"
     block_size = cache.block_size if paged else 1
-    capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util)
+    capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util,
+                                      cfg.scheduler.max_batched_tokens)
     if capacity < 1:
         raise ValueError("the KV cache holds no token slot (--kv-gib or --num-blocks too small)")
     if capacity < block_size:

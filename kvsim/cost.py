@@ -69,7 +69,8 @@ EMBEDDINGS: dict[str, tuple[int, bool]] = {
     "opt-13b": (50272, True), "opt-66b": (50272, True), "opt-175b": (50272, True),
     "llama-13b": (32000, False), "llama-2-7b": (32000, False), "llama-2-13b": (32000, False),
     "llama-2-70b": (32000, False), "llama-3-8b": (128256, False), "llama-3-70b": (128256, False),
-    "mistral-7b": (32000, False), "qwen2.5-7b": (152064, False),
+    "llama-3.1-8b": (128256, False), "mistral-7b": (32000, False), "mixtral-8x7b": (32000, False),
+    "qwen2.5-7b": (152064, False),
 }
 
 
@@ -79,11 +80,14 @@ def default_paged_overhead(block_size: int) -> float:
 
 
 def _param_split(model: ModelSpec) -> tuple[float, float]:
-    """(parameters in linear layers, parameters read per step): the LM head is read once per step but
-    computed for one token per sequence only; an untied input embedding is only gathered."""
+    """(parameters one token computes with in linear layers, weight bytes read per step): the LM head is
+    read once per step but computed for one token per sequence only; an untied input embedding is only
+    gathered. A MoE model computes with its active experts but a batch reads them all (with 8 experts,
+    top-2, a batch of 8 tokens already touches 90 % of them); quantized weights are read at their size."""
     vocab, tied = EMBEDDINGS.get(model.name, (0, True))
     table = vocab * model.hidden_size
-    return model.num_params - table * (1 if tied else 2), model.num_params - (0 if tied else table)
+    return (model.compute_params - table * (1 if tied else 2),
+            model.weight_bytes - (0 if tied else table * model.dtype_bytes))
 
 
 class CostModel:
@@ -101,14 +105,14 @@ class CostModel:
         layers = model.num_layers
         flops = gpu.bf16_flops
         hbm = gpu.hbm_bytes_per_s
-        linear_params, read_params = _param_split(model)
+        linear_params, read_bytes = _param_split(model)
         kv_bytes = model.kv_bytes_per_token(tp)        # one token, all layers, one GPU
         self.deployment = deployment
         self.step_overhead_s = step_overhead_s
         # Linear layers: seconds per token (compute), per step (weights) and per token (activations).
         self._lin_s_per_token = 2 * linear_params / tp / (flops * LINEAR_FLOP_EFFICIENCY)
         self._lin_fixed_s = layers * LINEAR_FIXED_S
-        self._weights_s = read_params * model.dtype_bytes / tp / (hbm * LINEAR_HBM_EFFICIENCY)
+        self._weights_s = read_bytes / tp / (hbm * LINEAR_HBM_EFFICIENCY)
         self._act_s_per_token = (ACTIVATION_HIDDENS_PER_TOKEN * model.hidden_size * model.dtype_bytes
                                  * layers / (hbm * LINEAR_HBM_EFFICIENCY))
         # Prefill attention: seconds per query-key pair (causal halving included) and per step.

@@ -23,10 +23,12 @@ def test_opt_175b_on_8_gpus_264_gib_gives_60_1k_slots():
 def test_num_blocks_and_memory_utilisation_sources():
     dep = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
     assert dep.kv_capacity_tokens(num_blocks=100, block_size=16) == 1600
-    # 40 GiB x 0.9 - 25.7 GB of weights - 1 GiB reserve, over 800 KiB per token
-    expected = int((40 * GIB * 0.9 - 12.85e9 * 2 - GIB) // (800 * 1024))
-    assert dep.kv_capacity_tokens() == expected
-    assert 14_000 < expected < 15_728   # a little under the paper's 12 GiB
+    # 39.50 GiB (as CUDA reports an A100-40GB) x 0.9 = 38,171,521,843 B, less 25.7e9 B of weights, less
+    # 0.5 GiB + 8192 batched tokens x 20 x 5120 x 2 B = 2,214,592,512 B, over 819,200 B per token:
+    # 10,256,929,331 / 819,200 = 12,520.7
+    assert dep.kv_capacity_tokens() == 12_520
+    # the reserve scales with the batched tokens: 2048 tokens keep 1,258,291,200 B less back
+    assert dep.kv_capacity_tokens(max_batched_tokens=2048) == 12_520 + 1536
 
 
 def test_tensor_parallelism_divides_weights_and_kv():

@@ -1,0 +1,114 @@
+"""A `ModelSpec` from a Hugging Face `config.json`: dense and MoE shapes, and quantized weights.
+
+Parameters are counted from the shapes (attention, MLP or experts, router, embeddings; norms and
+biases are left out, under 0.1 %). A MoE model's weights count every expert; its active parameters
+(what one token computes with) count `num_experts_per_tok` routed experts plus the shared ones.
+Quantized checkpoints (`quantization_config`) store the linear layers in fewer bytes and keep the
+embeddings and LM head in the model dtype. Units: parameters and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvsim.specs import ModelSpec
+
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
+
+#: quant_method -> bytes per weight when the config gives no bit width (fp8 variants store one byte).
+_FIXED_BYTES = {"fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0}
+#: Integer methods with `bits` and `group_size`: each group of g weights also stores an fp16 scale and
+#: a `bits`-wide zero point, so bytes per weight = bits / 8 + (2 + bits / 8) / g (g = -1: per channel).
+_GROUPED = ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin")
+
+
+def weight_bytes_per_param(quant: dict, where: str) -> float:
+    """Bytes per quantized weight for a `quantization_config` (fp8, int8, int4 awq/gptq, bitsandbytes,
+    compressed-tensors); ValueError naming the field for anything else."""
+    method = str(quant.get("quant_method", "")).lower()
+    if method in _FIXED_BYTES:
+        return _FIXED_BYTES[method]
+    if method == "bitsandbytes":
+        return 0.5 if quant.get("load_in_4bit") else 1.0
+    if method in _GROUPED:
+        bits, group = int(quant.get("bits", quant.get("w_bit", 4))), int(quant.get("group_size", quant.get("q_group_size", 128)))
+        return bits / 8 + ((2 + bits / 8) / group if group > 0 else 0.0)
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups") or {}
+        for group in groups.values():
+            weights = group.get("weights") or {}
+            if "num_bits" in weights:
+                return int(weights["num_bits"]) / 8
+        raise ValueError(f"{where}: quantization_config.config_groups has no weights.num_bits")
+    known = ", ".join([*_FIXED_BYTES, "bitsandbytes", *_GROUPED, "compressed-tensors"])
+    raise ValueError(f"{where}: quantization_config.quant_method {method!r} is not known; known: {known}")
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a Hugging Face `config.json` (or a folder holding one): LLaMA/Mistral/Qwen,
+    Mixtral and Qwen-MoE, and OPT key names."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read model config: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: a model config must be a JSON object")
+
+    def need(*keys):
+        for key in keys:
+            if key in cfg:
+                return int(cfg[key])
+        raise ValueError(f"{path}: field {keys[0]!r} missing from model config")
+
+    if "kv_lora_rank" in cfg:
+        raise ValueError(f"{path}: field 'kv_lora_rank': multi-head latent attention (DeepSeek) is not "
+                         "modelled; its KV cache is not heads x head_dim")
+    layers = need("num_hidden_layers", "n_layer", "num_layers")
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head")
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    max_len = need("max_position_embeddings", "n_positions", "max_seq_len")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16").replace("torch.", "")
+    dtype_bytes = _DTYPE_BYTES.get(dtype, 2)
+    vocab = int(cfg.get("vocab_size", 32000))
+    tied = bool(cfg.get("tie_word_embeddings", cfg.get("model_type") == "opt"))
+
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    ffn = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
+    mats = 3 if "intermediate_size" in cfg else 2          # gated MLP (LLaMA) vs fc1/fc2 (OPT)
+    dense_mlp = mats * hidden * ffn
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
+    per_token = int(cfg.get("num_experts_per_tok") or 0) if experts else 0
+    if experts and not 0 < per_token <= experts:
+        raise ValueError(f"{path}: field 'num_experts_per_tok' must be in [1, {experts}] for a MoE model")
+    if experts:
+        expert = 3 * hidden * int(cfg.get("moe_intermediate_size") or ffn)
+        shared_ffn = int(cfg.get("shared_expert_intermediate_size")
+                         or int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_intermediate_size") or ffn))
+        shared = 3 * hidden * shared_ffn + (hidden if "shared_expert_intermediate_size" in cfg else 0)
+        router = hidden * experts
+        dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), layers)
+        moe_layers = layers - dense_layers
+        total_layers = dense_layers * (attention + dense_mlp) + moe_layers * (attention + experts * expert + router + shared)
+        active_layers = dense_layers * (attention + dense_mlp) + moe_layers * (attention + per_token * expert + router + shared)
+    else:
+        total_layers = active_layers = layers * (attention + dense_mlp)
+    embeddings = vocab * hidden * (1 if tied else 2)
+    params, active = total_layers + embeddings, active_layers + embeddings
+
+    quant = cfg.get("quantization_config")
+    wbytes = None
+    if quant is not None:
+        if not isinstance(quant, dict):
+            raise ValueError(f"{path}: field 'quantization_config' must be an object")
+        wbytes = weight_bytes_per_param(quant, str(path))
+    name = cfg.get("_name_or_path") or path.parent.name or path.stem
+    return ModelSpec(str(name), layers, hidden, heads, kv_heads, head_dim, dtype_bytes, max_len,
+                     float(params), active_params=float(active) if experts else None,
+                     num_experts=experts, experts_per_token=per_token, weight_bytes_per_param=wbytes,
+                     unquantized_params=float(embeddings) if wbytes is not None else 0.0)
