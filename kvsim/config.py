@@ -104,7 +104,7 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
                            max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
                            placement=cache.placement, prefix_caching=cache.prefix_caching)
-    swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.model.kv_bytes_per_token())
+    swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
     block_ids = None
     if cache.prefix_caching:
         def block_ids(i: int) -> list[int]:

@@ -90,8 +90,10 @@ class ModelSpec:
         return self.num_params if self.active_params is None else self.active_params
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
-        """Bytes of K and V for one token on one GPU: 2 x layers x kv_heads x head_dim x kv bytes / tp."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes // tp
+        """Bytes of K and V for one token on one of `tp` GPUs: 2 x layers x KV heads per GPU x head_dim x
+        KV bytes, where each GPU holds max(1, kv_heads / tp) whole heads (replicated when tp > kv_heads,
+        as vLLM does)."""
+        return 2 * self.num_layers * max(1, self.num_kv_heads // tp) * self.head_dim * self.kv_bytes
 
     @property
     def weight_bytes(self) -> float:
@@ -229,7 +231,9 @@ def activation_reserve_bytes(model: ModelSpec, max_batched_tokens: int) -> float
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """A model on `tp` GPUs of one kind with tensor parallelism (weights and KV split evenly)."""
+    """A model on `tp` GPUs of one kind with tensor parallelism: weights and attention heads split evenly
+    (tp must divide the attention heads); KV heads split, or replicated when tp exceeds them so that each
+    GPU holds one whole KV head (tp must then be a multiple of the KV heads), as vLLM does."""
 
     model: ModelSpec
     gpu: GpuSpec
@@ -238,9 +242,18 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {self.tp}")
-        if self.model.num_kv_heads % self.tp and self.tp % self.model.num_kv_heads:
-            raise ValueError(f"{self.model.name}: {self.model.num_kv_heads} KV heads cannot be split "
-                             f"over tp={self.tp} GPUs")
+        m = self.model
+        if m.num_heads % self.tp:
+            raise ValueError(f"--tp {self.tp}: {m.name}'s {m.num_heads} attention heads cannot be split "
+                             f"evenly over {self.tp} GPUs (tp must divide {m.num_heads})")
+        if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
+            raise ValueError(f"--tp {self.tp}: {m.name}'s {m.num_kv_heads} KV heads can be neither split "
+                             f"evenly nor replicated evenly over {self.tp} GPUs (tp must divide "
+                             f"{m.num_kv_heads} or be a multiple of it)")
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token on all `tp` GPUs together (replicated KV heads count on each)."""
+        return self.tp * self.model.kv_bytes_per_token(self.tp)
 
     def kv_capacity_tokens(self, kv_gib: float | None = None, num_blocks: int | None = None,
                            block_size: int = 16, gpu_mem_util: float = 0.9,
@@ -253,7 +266,7 @@ class Deployment:
         """
         if kv_gib is not None and num_blocks is not None:
             raise ValueError("give --kv-gib or --num-blocks, not both")
-        per_token = self.model.kv_bytes_per_token()  # whole deployment
+        per_token = self.kv_bytes_per_token()  # whole deployment
         if num_blocks is not None:
             if num_blocks <= 0:
                 raise ValueError(f"--num-blocks must be positive, got {num_blocks}")

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from kvsim.specs import GIB, GPUS, MAX_CAPACITY_TOKENS, MODELS, Deployment, get_gpu, get_model, load_hf_config
+from kvsim.specs import (GIB, GPUS, MAX_CAPACITY_TOKENS, MODELS, Deployment, ModelSpec,
+                         activation_reserve_bytes, get_gpu, get_model, load_hf_config)
 
 
 def test_opt_13b_12_gib_gives_15_7k_slots_at_800_kib_per_token():
@@ -95,3 +96,41 @@ def test_largest_capacity_is_accepted():
     dep = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
     assert dep.kv_capacity_tokens(kv_gib=1e9) == 1e9 * 2**30 // 819200
     assert dep.kv_capacity_tokens(num_blocks=2**46, block_size=16) == MAX_CAPACITY_TOKENS
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_them():
+    # llama-3-8b: 32 query heads, 8 KV heads, 32 layers x 128 dims x 2 bytes x K and V = 16 KiB per head
+    model = get_model("llama-3-8b")
+    assert [model.kv_bytes_per_token(tp) for tp in (1, 2, 8, 16, 32)] == \
+        [8 * 16384, 4 * 16384, 16384, 16384, 16384]             # each GPU keeps one whole KV head
+    gpu = get_gpu("h100-80gb")
+    # 16 GiB of KV over the deployment: tp <= 8 splits the heads (2^17 bytes per token in all);
+    # tp 16 holds each head twice, tp 32 four times
+    assert [Deployment(model, gpu, tp).kv_capacity_tokens(kv_gib=16) for tp in (1, 8, 16, 32)] == \
+        [131072, 131072, 65536, 32768]
+    # by memory: each GPU's KV memory / 16 KiB, so tp 16 and 32 gain only the weights they shed
+    capacities = [Deployment(model, gpu, tp).kv_capacity_tokens() for tp in (8, 16, 32)]
+    reserve = activation_reserve_bytes(model, 8192)
+    assert capacities == [int((gpu.memory_bytes * 0.9 - model.weight_bytes / tp - reserve) / 16384)
+                          for tp in (8, 16, 32)]
+    assert capacities == [4435369, 4496633, 4527265]   # not doubling with tp
+
+
+@pytest.mark.parametrize("model, tp, message", [
+    ("opt-13b", 1000, "--tp 1000: opt-13b's 40 attention heads cannot be split evenly over 1000 GPUs"),
+    ("llama-3-8b", 64, "--tp 64: llama-3-8b's 32 attention heads cannot be split evenly"),
+    ("llama-2-7b", 3, "(tp must divide 32)"),
+])
+def test_tp_must_divide_the_attention_heads(model, tp, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Deployment(get_model(model), get_gpu("a100-80gb"), tp)
+
+
+def test_tp_must_split_or_replicate_kv_heads_evenly():
+    odd = ModelSpec("odd", num_layers=2, hidden_size=768, num_heads=12, num_kv_heads=4, head_dim=64,
+                    dtype_bytes=2, max_seq_len=512, num_params=1e8)
+    Deployment(odd, get_gpu("l4"), 4)
+    Deployment(odd, get_gpu("l4"), 12)      # 12 = 3 x 4: each KV head on 3 GPUs
+    with pytest.raises(ValueError, match=re.escape("--tp 6: odd's 4 KV heads can be neither split evenly "
+                                                   "nor replicated evenly over 6 GPUs")):
+        Deployment(odd, get_gpu("l4"), 6)
