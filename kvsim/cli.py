@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from kvsim.calibration import load_calibration
+from kvsim.cli_engine import calibrate_engine
 from kvsim.cli_trace import trace_app
 from kvsim.output import Progress, error, print_comparison, print_summary, write_outputs
 from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
@@ -25,6 +26,7 @@ from kvsim.trace_formats import load_trace
 app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
                   no_args_is_help=True, add_completion=False)
 app.add_typer(trace_app, name="trace")
+app.command("calibrate-engine")(calibrate_engine)
 try:  # the harness commands import torch/triton lazily, inside each command
     from gpu_harness.cli import harness_app
     app.add_typer(harness_app, name="harness")
