@@ -1,8 +1,12 @@
 """`kvsim run` and `kvsim compare` end to end through typer's runner."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -36,13 +40,44 @@ def test_run_writes_summary_config_and_tables(tmp_path):
     assert config["cache"]["kv_gib"] == 1
 
 
-def test_run_is_deterministic(tmp_path):
-    args = ["run", str(TINY), "--kv-gib", "1", "--quiet", "--json"]
-    runner.invoke(app, args + [str(tmp_path / "a.json")])
-    runner.invoke(app, args + [str(tmp_path / "b.json")])
+def test_summary_agrees_with_its_tables_by_the_documented_definitions(tmp_path):
+    """The summary's metrics recomputed from requests.csv and steps.csv as DESIGN.md defines them:
+    latencies from arrival, duration to the end of the last step, memory fractions weighted by step
+    duration (the real cost model's steps differ in length), batch size averaged per step."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", str(TINY), "--kv-gib", "1", "--quiet", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())
+    req, steps = pd.read_csv(out / "requests.csv"), pd.read_csv(out / "steps.csv")
+    done = req[req.status == "finished"]
+    assert len(done) == 10 and steps.duration_s.nunique() > 3
+    for key, values in (("ttft_s", done.first_token_s - done.arrival_s), ("e2e_s", done.finished_s - done.arrival_s)):
+        p50, p90, p99 = np.percentile(values, [50, 90, 99])
+        assert s[key] == pytest.approx({"p50": p50, "p90": p90, "p99": p99, "mean": values.mean()}, rel=1e-9)
+    duration = steps.time_s.iloc[-1] + steps.duration_s.iloc[-1]
+    assert s["duration_s"] == pytest.approx(duration, rel=1e-12)
+    assert s["throughput_rps"] == pytest.approx(10 / duration, rel=1e-12)
+    assert s["mean_batch_size"] == pytest.approx(steps.running.mean(), rel=1e-12)
+    cap, w = s["kv"]["capacity_tokens"], steps.duration_s / steps.duration_s.sum()
+    for column, fraction in s["kv"]["mean_fraction"].items():
+        assert fraction == pytest.approx((steps[column] * w).sum() / cap, rel=1e-9, abs=1e-12)
+    allocated = steps.token_states + steps.reserved + steps.internal_fragmentation
+    assert s["kv"]["peak_allocated_fraction"] == pytest.approx(allocated.max() / cap, rel=1e-12)
+
+
+def test_run_is_deterministic_across_processes(tmp_path):
+    """The same run in this process and in a fresh interpreter with another string-hash seed (set and
+    dict-of-str orders change with it) writes the same summary, prefix caching included."""
+    args = ["run", str(TINY), "--kv-gib", "1", "--quiet", "--prefix-caching", "--json"]
+    res = runner.invoke(app, args + [str(tmp_path / "a.json")])
+    assert res.exit_code == 0, res.output
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "kvsim.cli", *args, str(tmp_path / "b.json")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
     a.pop("sim_wall_s"), b.pop("sim_wall_s")
-    assert a == b
+    assert a == b and a["prefix_cache_hit_tokens"] > 0
 
 
 def test_compare_runs_all_five_configurations(tmp_path):
@@ -82,4 +117,5 @@ def test_bad_trace_names_file_line_and_field(tmp_path):
 
 def test_unknown_enum_flag_is_refused():
     res = runner.invoke(app, ["run", str(TINY), "--allocator", "buddy"])
-    assert res.exit_code != 0
+    assert res.exit_code == 2
+    assert "Invalid value for '--allocator'" in res.output and "'buddy'" in res.output

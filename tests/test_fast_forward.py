@@ -1,6 +1,7 @@
 """The engine's fast-forward windows are exact: every step row and request record equals the run
 that steps one at a time, across allocators, preemption modes, samples, prefix caching, queueing and
-ties between arrivals and step boundaries."""
+ties between arrivals and step boundaries. Both modes share the scheduler and allocator, so this only
+proves the windows exact; tests/test_reference_engine.py checks both against an independent reference."""
 
 from pathlib import Path
 
