@@ -11,9 +11,8 @@ memory fractions averaged per step instead of weighted by step time.
 import numpy as np
 import pytest
 
-from kvsim.config import CacheConfig, SimConfig
+from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.cost import ConstantCost
-from kvsim.scheduler import SchedulerConfig
 from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace import Trace
