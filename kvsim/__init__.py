@@ -1,0 +1,65 @@
+"""kvsim: simulate paged and contiguous KV-cache allocation for LLM serving.
+
+The public Python API (what the notebooks use). Names load lazily, so `import kvsim` is cheap:
+
+>>> import kvsim
+>>> trace = kvsim.generate_trace("sharegpt", rate_rps=1.0, num_requests=30, seed=0)
+>>> result = kvsim.simulate(trace, model="opt-13b", gpu="a100-40gb", kv_gib=12, block_size=16)
+>>> result.summary["requests_finished"], result.summary["kv"]["capacity_tokens"]
+(30, 15728)
+>>> int(kvsim.static_capacity(model="opt-13b", kv_gib=12, lengths=None).num_blocks[0])
+983
+
+Traces: `load_trace`, `generate_trace`, `rescale_trace`, `Trace`. Runs: `simulate`, `make_config`,
+`RUN_FLAGS`, `summary_row`, `SimConfig`, `CacheConfig`, `SchedulerConfig`, `Deployment`, `ModelSpec`,
+`GpuSpec`, `get_model`, `get_gpu`, `SimResult`. Planning: `run_sweep`, `static_capacity`, `parse_slo`,
+`max_rate`, `RateResult`, `gpus_for_rate`. Each has a docstring with an example.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: public name -> (module, attribute)
+_EXPORTS = {
+    "Trace": ("kvsim.trace", "Trace"),
+    "load_trace": ("kvsim.trace_formats", "load_trace"),
+    "rescale_trace": ("kvsim.trace", "rescale_trace"),
+    "generate_trace": ("kvsim.tracegen", "generate"),
+    "SimConfig": ("kvsim.config", "SimConfig"),
+    "CacheConfig": ("kvsim.config", "CacheConfig"),
+    "SchedulerConfig": ("kvsim.config", "SchedulerConfig"),
+    "Deployment": ("kvsim.specs", "Deployment"),
+    "ModelSpec": ("kvsim.specs", "ModelSpec"),
+    "GpuSpec": ("kvsim.specs", "GpuSpec"),
+    "get_model": ("kvsim.specs", "get_model"),
+    "get_gpu": ("kvsim.specs", "get_gpu"),
+    "SimResult": ("kvsim.sim", "SimResult"),
+    "simulate": ("kvsim.planning.runs", "simulate"),
+    "make_config": ("kvsim.planning.runs", "make_config"),
+    "summary_row": ("kvsim.planning.runs", "summary_row"),
+    "run_sweep": ("kvsim.planning.sweep", "run_sweep"),
+    "static_capacity": ("kvsim.planning.capacity", "static_capacity"),
+    "parse_slo": ("kvsim.planning.rate", "parse_slo"),
+    "max_rate": ("kvsim.planning.rate", "max_rate"),
+    "RateResult": ("kvsim.planning.rate", "RateResult"),
+    "gpus_for_rate": ("kvsim.planning.rate", "gpus_for_rate"),
+}
+
+__all__ = sorted([*_EXPORTS, "RUN_FLAGS"])
+
+
+def __getattr__(name: str):
+    if name == "RUN_FLAGS":
+        from kvsim.planning.runs import run_flags
+        return run_flags()
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kvsim' has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

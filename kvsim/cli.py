@@ -16,6 +16,7 @@ import typer
 
 from kvsim.calibration import load_calibration
 from kvsim.cli_engine import calibrate_engine
+from kvsim.cli_plan import register as register_planning
 from kvsim.cli_trace import trace_app
 from kvsim.output import Progress, error, print_comparison, print_summary, write_outputs
 from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
@@ -27,6 +28,7 @@ app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LL
                   no_args_is_help=True, add_completion=False)
 app.add_typer(trace_app, name="trace")
 app.command("calibrate-engine")(calibrate_engine)
+register_planning(app)
 try:  # the harness commands import torch/triton lazily, inside each command
     from gpu_harness.cli import harness_app
     app.add_typer(harness_app, name="harness")

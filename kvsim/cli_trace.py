@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kvsim.trace import rescale_trace
 from kvsim.trace_formats import FORMATS, read_trace
 from kvsim.trace_jsonl import write_jsonl
 from kvsim.tracegen import PRESETS, generate
@@ -62,8 +64,11 @@ def convert(
     src: Path = typer.Argument(..., help="Trace to convert (Azure CSV, Mooncake JSONL, Vidur CSV, JSONL)."),
     out: Path = typer.Option(..., "-o", "--out", help="Output kvsim JSONL file."),
     format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
-    rate: Optional[float] = typer.Option(None, help="For files without timestamps: Poisson arrivals at this "
-                                         "many requests per second (default: every arrival at 0 s)."),
+    rate: Optional[float] = typer.Option(None, help="Requests per second. Files without timestamps: Poisson "
+                                         "arrivals at this rate (default: every arrival at 0 s); files with "
+                                         "timestamps: arrival times rescaled to this mean rate."),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="Multiply every arrival time "
+                                               "by this factor (0.5 doubles the rate); not with --rate."),
     seed: int = typer.Option(0, help="Random seed for --rate arrivals."),
     max_requests: Optional[int] = typer.Option(None, help="Keep only the first N requests."),
     max_duration: Optional[float] = typer.Option(None, help="Keep only requests arriving before this many "
@@ -71,10 +76,19 @@ def convert(
 ) -> None:
     """Convert a trace to kvsim JSONL (arrival_s in seconds from the first request, lengths in tokens).
 
-    Lengths of 0 tokens become 1 and are counted in the report printed at the end.
+    Lengths of 0 tokens become 1 and are counted in the report printed at the end. --rate/--time-scale
+    apply before --max-duration.
     """
     with _user_errors():
-        trace, report = read_trace(src, format, rate=rate, seed=seed)
+        if rate is not None and time_scale is not None:
+            raise ValueError("give --rate or --time-scale, not both")
+        trace, report = read_trace(src, format)
+        if rate is not None and report.arrivals == "all 0":        # no timestamps: Poisson arrivals
+            trace, report = read_trace(src, format, rate=rate, seed=seed)
+        elif rate is not None or time_scale is not None:
+            trace = rescale_trace(trace, time_scale=time_scale, rate_rps=rate)
+            report = replace(report, arrivals=f"from the file, rescaled to {rate:g} req/s" if rate is not None
+                             else f"from the file, times x {time_scale:g}")
         if max_duration is not None:
             trace = trace.until(max_duration)
         if max_requests is not None:

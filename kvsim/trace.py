@@ -270,3 +270,30 @@ def _first_bad(name: str, bad: np.ndarray, rule: str, offset: int = 0) -> None:
     hits = np.flatnonzero(bad)
     if len(hits):
         raise ValueError(f"Trace.{name} must be {rule}; request {int(hits[0]) + offset} is not")
+
+
+
+def rescale_trace(trace: Trace, *, time_scale: float | None = None, rate_rps: float | None = None) -> Trace:
+    """`trace` with arrival times multiplied by `time_scale`, or scaled so its mean rate (requests over
+    first-to-last arrival, req/s, as `Trace.summary`) is `rate_rps`; give exactly one. Lengths, ids and
+    prefixes are kept. `time_scale=0.5` doubles the rate.
+
+    >>> t = Trace.from_arrays([0.0, 1.0, 2.0], [5, 5, 5], [3, 3, 3])
+    >>> rescale_trace(t, rate_rps=3.0).arrival_s.tolist()
+    [0.0, 0.5, 1.0]
+    """
+    from dataclasses import replace
+
+    if (time_scale is None) == (rate_rps is None):
+        raise ValueError("rescale a trace by time_scale or to rate_rps: give exactly one")
+    if rate_rps is not None:
+        if not rate_rps > 0:
+            raise ValueError(f"rate must be > 0 requests/s, got {rate_rps}")
+        rate = trace.summary()["rate_rps"]
+        if rate is None:
+            raise ValueError(f"{trace.source or 'trace'}: no arrival times to rescale (all requests arrive "
+                             "at once); give Poisson arrivals instead (`--rate` on a lengths-only file)")
+        time_scale = rate / rate_rps
+    if not (time_scale > 0 and np.isfinite(time_scale)):
+        raise ValueError(f"time scale must be a finite number > 0, got {time_scale}")
+    return replace(trace, arrival_s=trace.arrival_s * time_scale)

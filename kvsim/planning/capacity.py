@@ -1,0 +1,149 @@
+"""Static KV capacity, no simulation: cache size in tokens and blocks, and how many requests fit.
+
+For each allocator — paged, and contiguous with `max`, `pow2` and `oracle` reservations — the table gives
+the cache size, the maximum concurrency at the maximum model length (the figure vLLM prints at start-up:
+"Maximum concurrency for 2048 tokens per request: 7.68x"), and, for a length distribution (a preset or a
+trace), the mean slots one request holds at its peak and the concurrency that leaves. Contiguous
+reservations are placed whole; a buddy placement rounds each one up to a power of two.
+
+>>> df = static_capacity(model="opt-13b", gpu="a100-40gb", kv_gib=12, lengths=None)
+>>> df[["allocator", "capacity_tokens", "num_blocks", "max_concurrency_at_max_len"]].values.tolist()
+[['paged', 15728, 983, 7.6796875], ['contiguous-max', 15728, 15728, 7.0], ['contiguous-pow2', 15728, 15728, 7.0], ['contiguous-oracle', 15728, 15728, 7.0]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.config import SimConfig
+from kvsim.planning.runs import make_config
+from kvsim.trace import Trace
+
+ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
+
+#: Length-distribution samples drawn from a preset (enough for means within about 1 %).
+NUM_SAMPLES = 10_000
+#: Empty-cache fills averaged for `max_concurrency`.
+TRIALS = 50
+
+
+def _pow2_ceil(x: np.ndarray) -> np.ndarray:
+    """Each value rounded up to a power of two (1 -> 1, 3 -> 4, 4 -> 4)."""
+    return np.left_shift(1, np.frexp(np.maximum(x, 1) - 1)[1].astype(np.int64))
+
+
+def reserved_slots(policy: str, prompt: np.ndarray, final: np.ndarray, max_len: int) -> np.ndarray:
+    """`kvsim.alloc.contiguous.reservation` over arrays: slots reserved at admission for prompts of
+    `prompt` tokens that peak at `final` slots."""
+    if policy == "max":
+        return np.maximum(max_len, final)
+    if policy == "pow2":
+        return np.minimum(prompt + _pow2_ceil(final - prompt + 1), np.maximum(max_len, final))
+    return final.copy()
+
+
+def fill_concurrency(cfg: SimConfig, allocator: str, prompt: np.ndarray, final: np.ndarray, max_len: int,
+                     trials: int) -> float:
+    """Mean over `trials` of how many requests an empty cache admits at their peak size, taken in
+    order from successive points of the sample, before the first that does not fit (FCFS, no
+    preemption): the concurrency the allocator's reservations and placement allow for this workload."""
+    from kvsim.alloc import make_allocator
+
+    cache, n = cfg.cache, len(prompt)
+    capacity = cfg.deployment.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size,
+                                                 cache.gpu_mem_util)
+    kind, _, policy = allocator.partition("-")
+    counts = []
+    for t in range(trials):
+        alloc = make_allocator(kind, capacity, block_size=cache.block_size, max_seq_len=max_len,
+                               reserve=policy or "max", placement=cache.placement)
+        i, admitted = (t * 7919) % n, 0
+        while admitted < n:
+            p, f = int(prompt[i]), int(final[i])
+            need = f if kind == "paged" else p
+            if not alloc.can_allocate(need, f):
+                break
+            alloc.allocate(admitted, need, f)
+            admitted, i = admitted + 1, (i + 1) % n
+        counts.append(admitted)
+    return float(np.mean(counts))
+
+
+def whole_extents(capacity: int, length: int, placement: str) -> int:
+    """How many reservations of `length` slots fit at once: capacity // length with first fit; with a
+    buddy allocator, per power-of-two arena of the capacity, arena // (length rounded up to a power of 2).
+
+    >>> whole_extents(15728, 2048, "buddy"), whole_extents(15728, 1500, "first-fit")
+    (7, 10)
+    """
+    if placement != "buddy":
+        return capacity // length
+    size = 1 << (length - 1).bit_length()
+    return sum((1 << k) // size for k in range(capacity.bit_length()) if capacity >> k & 1)
+
+
+def _lengths(lengths: Trace | str, max_len: int, num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) tokens of the requests that fit in `max_len`, from a trace or a preset."""
+    if isinstance(lengths, Trace):
+        p, m = lengths.prompt_tokens, lengths.output_tokens
+    else:
+        from kvsim.tracegen import sample_lengths
+        p, m = sample_lengths(lengths, num_samples, np.random.default_rng(seed), min(max_len, 2048))
+    keep = p + m <= max_len
+    if not keep.any():
+        raise ValueError(f"no request of the length distribution fits the maximum model length {max_len}")
+    return p[keep].astype(np.int64), m[keep].astype(np.int64)
+
+
+def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | None = "sharegpt",
+                    max_model_len: int | None = None, num_samples: int = NUM_SAMPLES, trials: int = TRIALS, seed: int = 0,
+                    **flags: Any) -> pd.DataFrame:
+    """One row per allocator (`ALLOCATORS`): `capacity_tokens`, `block_size`, `num_blocks`,
+    `max_model_len`, `max_concurrency_at_max_len` (paged: blocks / blocks per max-length request, as vLLM
+    prints it; contiguous: whole max-length reservations that fit), and for `lengths` (a preset name, a
+    Trace, or None to skip; parallel samples ignored) `mean_slots_per_request` (peak slots held or
+    reserved, with placement padding), `max_concurrency` (capacity / that mean) and `ratio_to_max`.
+    Configuration from `config` and/or flat run `flags` (`model`, `gpu`, `tp`, `kv_gib`, `block_size`, ...).
+
+    >>> df = static_capacity(model="opt-13b", kv_gib=12, lengths="alpaca").set_index("allocator")
+    >>> round(df.loc["paged", "ratio_to_max"]), round(df.loc["contiguous-oracle", "max_concurrency"])
+    (27, 141)
+    """
+    cfg = make_config(config, **flags)
+    dep, cache = cfg.deployment, cfg.cache
+    capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util)
+    max_len = max_model_len or dep.model.max_seq_len
+    if max_len < 1:
+        raise ValueError(f"max model length must be >= 1 token, got {max_len}")
+    bs = cache.block_size
+    rows = []
+    sample = None if lengths is None else _lengths(lengths, max_len, num_samples, seed)
+    for name in ALLOCATORS:
+        if name == "paged":
+            blocks = capacity // bs
+            row = {"allocator": name, "capacity_tokens": blocks * bs, "block_size": bs, "num_blocks": blocks,
+                   "max_model_len": max_len, "max_concurrency_at_max_len": blocks / -(-max_len // bs)}
+        else:
+            policy = name.split("-", 1)[1]
+            row = {"allocator": name, "capacity_tokens": capacity, "block_size": 1, "num_blocks": capacity,
+                   "max_model_len": max_len,
+                   "max_concurrency_at_max_len": float(whole_extents(capacity, max_len, cache.placement))}
+        if sample is not None:
+            p, m = sample
+            final = p + m - 1                     # the last token's KV is never written
+            if name == "paged":
+                slots = -(-final // bs) * bs
+            else:
+                slots = reserved_slots(policy, p, final, max_len)
+                if cache.placement == "buddy":
+                    slots = _pow2_ceil(slots)
+            row["mean_slots_per_request"] = float(slots.mean())
+            row["max_concurrency"] = fill_concurrency(cfg, name, p, final, max_len, trials)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if sample is not None:
+        df["ratio_to_max"] = df.max_concurrency / df.max_concurrency[df.allocator == "contiguous-max"].iloc[0]
+    return df

@@ -1,0 +1,243 @@
+"""The highest request rate that meets a latency SLO, and the GPUs that serve a rate.
+
+`max_rate` brackets the rate by doubling or halving from 1 req/s, then narrows the bracket (k-section
+with `workers` runs per round, bisection with one) until it is within `rel_tol`. Poisson traces of
+different rates are different draws, so the curve can be non-monotone near the knee: the answer is the
+highest passing rate below the lowest failing one. Each rate is one run on
+a Poisson trace of a preset at that rate, or on a real trace with its arrivals rescaled to it. The
+tried rates form the latency-against-rate curve; the first failing rate is the knee, and the summary's
+`limited_by` (time fractions while requests waited) says what held requests back there.
+
+>>> parse_slo(["ttft_p99=2", "tpot_p50=0.05"])
+{'ttft_p99': 2.0, 'tpot_p50': 0.05}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from kvsim.config import SimConfig
+from kvsim.planning.runs import make_config
+from kvsim.trace import Trace
+
+#: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
+SLO_METRICS = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99", "mean")) + (
+    "normalized_latency",)
+LIMITS = ("kv_memory", "max_num_seqs", "token_budget", "compute")
+#: Rates the bracket search stays within, req/s.
+MIN_RATE_RPS, MAX_RATE_RPS = 1 / 64, 4096.0
+
+
+def parse_slo(items: Sequence[str] | Mapping[str, float]) -> dict[str, float]:
+    """`["ttft_p99=2", ...]` or a dict -> {metric: limit}; limits in seconds (s/token for
+    `normalized_latency`), > 0. ValueError naming the bad item."""
+    pairs = items.items() if isinstance(items, Mapping) else []
+    if not isinstance(items, Mapping):
+        for item in items:
+            name, sep, value = str(item).partition("=")
+            if not sep:
+                raise ValueError(f"--slo {item!r}: expected metric=seconds, e.g. ttft_p99=2")
+            pairs.append((name, value))
+    slo: dict[str, float] = {}
+    for name, value in pairs:
+        name = name.strip()
+        if name not in SLO_METRICS:
+            raise ValueError(f"--slo {name!r}: unknown metric; known: {', '.join(SLO_METRICS)}")
+        try:
+            limit = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"--slo {name}={value!r}: the limit must be a number of seconds") from None
+        if not limit > 0:
+            raise ValueError(f"--slo {name}={value}: the limit must be > 0 s")
+        slo[name] = limit
+    if not slo:
+        raise ValueError("give at least one --slo metric=seconds, e.g. --slo ttft_p99=2")
+    return slo
+
+
+def slo_value(row: Mapping[str, Any], metric: str) -> float | None:
+    """The value of SLO `metric` in a flat run row (`summary_row`), None when no request finished."""
+    key = "normalized_latency_s_per_token" if metric == "normalized_latency" else metric.replace("_", "_s_", 1)
+    value = row.get(key)
+    return None if value is None or value != value else float(value)
+
+
+def meets(row: Mapping[str, Any], slo: Mapping[str, float]) -> bool:
+    """Whether a run row finished without error and every SLO metric is within its limit."""
+    if row.get("status") != "ok":
+        return False
+    return all((v := slo_value(row, m)) is not None and v <= limit for m, limit in slo.items())
+
+
+def limiting_factor(row: Mapping[str, Any]) -> str:
+    """What held requests back in a run: the largest `limited_by` fraction, with `compute` the waiting
+    time no limit explains; without `limited_by`, the peak KV use and batch size decide."""
+    fractions = {k: row.get(f"limited_by_{k}") for k in LIMITS[:3]}
+    if all(isinstance(v, (int, float)) and v == v for v in fractions.values()):
+        fractions["compute"] = max(0.0, 1.0 - sum(fractions.values()))
+        return max(fractions, key=fractions.get)
+    if (row.get("kv_peak_allocated_fraction") or 0) >= 0.9:
+        return "kv_memory"
+    if row.get("max_batch_size", 0) >= row.get("max_num_seqs", math.inf):
+        return "max_num_seqs"
+    return "compute"
+
+
+@dataclass
+class RateResult:
+    """`rate_rps`: the highest rate tried that meets `slo`; `curve`: one row per rate tried (sorted,
+    with `meets_slo`); `limited_by`: what limited the first failing rate, the knee (`knee`: its row)."""
+
+    rate_rps: float
+    slo: dict[str, float]
+    curve: pd.DataFrame
+    limited_by: str
+    knee: dict = field(default_factory=dict)
+
+
+def _evaluate(rates: list[float], cfg: SimConfig, workload: dict, trace: Trace | None,
+              workers: int) -> list[dict]:
+    from kvsim.planning.sweep import run_local
+
+    points = [{**workload, "rate": r} for r in rates]
+    rows: dict[float, dict] = {}
+    run_local(points, trace, min(workers, len(points)), lambda row: rows.__setitem__(row["rate"], row), cfg)
+    return [rows[r] for r in rates]
+
+
+def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None, *,
+             trace: Trace | str | None = None, preset: str | None = "sharegpt", duration_s: float = 600.0,
+             seed: int = 0, lo_rps: float | None = None, hi_rps: float | None = None, rel_tol: float = 0.05,
+             max_runs: int = 16, workers: int = 1, **flags: Any) -> RateResult:
+    """The highest request rate (req/s) whose run meets `slo` (see `parse_slo`), within `rel_tol`.
+
+    Workload: a Poisson trace of `preset` lasting `duration_s` s (seed `seed`), or `trace` (a Trace or
+    a file) with its arrivals rescaled to each rate. `lo_rps`/`hi_rps` give a starting bracket (hi_rps
+    also caps the answer); at most `max_runs` runs. ValueError when no rate tried meets the SLO.
+
+    >>> import kvsim
+    >>> r = kvsim.max_rate({"normalized_latency": 0.1}, preset="alpaca", duration_s=60,
+    ...                    model="opt-13b", kv_gib=12, rel_tol=0.25)  # doctest: +SKIP
+    """
+    slo = parse_slo(slo)
+    cfg = make_config(config, **flags)
+    if isinstance(trace, str) or (trace is not None and not isinstance(trace, Trace)):
+        from kvsim.trace_formats import load_trace
+        trace = load_trace(trace)
+    workload = ({"seed": cfg.seed} if trace is not None
+                else {"preset": preset, "duration_s": duration_s, "seed": seed})
+    tried: dict[float, dict] = {}
+
+    def run(rates: list[float]) -> None:
+        new = [r for r in rates if r not in tried][: max(0, max_runs - len(tried))]
+        for r, row in zip(new, _evaluate(new, cfg, workload, trace, workers)) if new else ():
+            row["meets_slo"] = meets(row, slo)
+            tried[r] = row
+
+    def ok(r: float) -> bool:
+        return tried[r]["meets_slo"]
+
+    lo = hi = None
+    start = lo_rps or (hi_rps if hi_rps and hi_rps < 1 else 1.0)
+    run([start])
+    if ok(start):
+        lo, r = start, start
+        while hi is None and len(tried) < max_runs:
+            if hi_rps is not None and r >= hi_rps:
+                break
+            r = min(r * 2, hi_rps or MAX_RATE_RPS)
+            run([r])
+            if r not in tried:
+                break
+            lo, hi = (r, None) if ok(r) else (lo, r)
+            if r >= MAX_RATE_RPS:
+                break
+    else:
+        hi, r = start, start
+        while lo is None and r > MIN_RATE_RPS and len(tried) < max_runs:
+            r /= 2
+            run([r])
+            if r not in tried:
+                break
+            lo, hi = (r, hi) if ok(r) else (None, r)
+    if lo is None:
+        first = tried[min(tried)]
+        got = ", ".join(f"{m} = {_fmt(slo_value(first, m))}" for m in slo)
+        raise ValueError(f"no rate meets the SLO {_slo_text(slo)}: the lowest rate tried, {min(tried):.3g} req/s, "
+                         f"gives {got}" + (f" ({first['error']})" if first.get("error") else ""))
+    while hi is not None and (hi - lo) / lo > rel_tol and len(tried) < max_runs:
+        k = max(1, min(workers, max_runs - len(tried)))
+        run([lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
+        hi = min(r for r in tried if not ok(r))          # conservative when noise makes the curve
+        lo = max(r for r in tried if r < hi and ok(r))   # non-monotone: below the lowest failure
+    curve = pd.DataFrame([tried[r] for r in sorted(tried)])
+    knee = {} if hi is None else tried[hi]
+    return RateResult(lo, slo, curve, limiting_factor(knee) if knee else "none (highest rate tried met the SLO)",
+                      knee)
+
+
+def _fmt(v: float | None) -> str:
+    return "no finished request" if v is None else f"{v:.3g}"
+
+
+def _slo_text(slo: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
+
+
+def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None,
+                  *, tp_options: Sequence[int] = (1, 2, 4, 8), trace: Trace | str | None = None,
+                  preset: str | None = "sharegpt", duration_s: float = 600.0, seed: int = 0,
+                  rel_tol: float = 0.05, max_runs: int = 12, workers: int = 1, **flags: Any) -> pd.DataFrame:
+    """For each tensor-parallel degree: whether the weights fit, the highest rate one replica serves
+    under `slo` (capped at `rate_rps`), the replicas needed for `rate_rps` (Poisson traffic split evenly)
+    and the GPUs in all; `best` marks the fewest GPUs (ties: the smaller TP). KV memory comes from
+    `gpu_mem_util` on each GPU (a fixed `kv_gib`/`num_blocks` would not scale with TP).
+
+    >>> import kvsim
+    >>> kvsim.gpus_for_rate(4.0, {"ttft_p99": 2}, model="opt-13b", preset="alpaca",
+    ...                     duration_s=60)  # doctest: +SKIP
+    """
+    if not rate_rps > 0:
+        raise ValueError(f"rate must be > 0 requests/s, got {rate_rps}")
+    cfg = make_config(config, **flags)
+    if cfg.cache.kv_gib is not None or cfg.cache.num_blocks is not None:
+        raise ValueError("the GPU search sizes the KV cache from --gpu-mem-util on each GPU; "
+                         "drop --kv-gib/--num-blocks")
+    slo = parse_slo(slo)
+    rows, best = [], None
+    for tp in sorted(set(tp_options)):
+        row: dict[str, Any] = {"tp": tp, "fits": False, "max_rate_rps": None, "replicas": None, "gpus": None,
+                               "limited_by": "", "note": ""}
+        rows.append(row)
+        if best is not None and tp >= best:
+            row.update(fits=None, note=f"not tried: {best} GPUs already suffice")
+            continue
+        try:
+            c = make_config(cfg, tp=tp)
+            c.deployment.kv_capacity_tokens(None, None, c.cache.block_size, c.cache.gpu_mem_util)
+        except ValueError as exc:
+            row["note"] = str(exc)
+            continue
+        row["fits"] = True
+        try:
+            res = max_rate(slo, c, trace=trace, preset=preset, duration_s=duration_s, seed=seed,
+                           lo_rps=rate_rps, hi_rps=rate_rps, rel_tol=rel_tol, max_runs=max_runs,
+                           workers=workers)
+        except ValueError as exc:
+            row["note"] = str(exc)
+            continue
+        replicas = math.ceil(rate_rps / res.rate_rps - 1e-9)
+        row.update(max_rate_rps=res.rate_rps, replicas=replicas, gpus=tp * replicas,
+                   limited_by=res.limited_by if replicas > 1 else "")
+        best = min(best or math.inf, tp * replicas)
+    df = pd.DataFrame(rows)
+    if best is None:
+        raise ValueError(f"no tensor-parallel degree in {list(tp_options)} serves any rate under the SLO "
+                         f"{_slo_text(slo)}: " + "; ".join(f"tp {r['tp']}: {r['note']}" for r in rows))
+    df["best"] = df.gpus == best
+    df.loc[df.best, "best"] = df[df.best].index == df[df.best].index.min()
+    return df

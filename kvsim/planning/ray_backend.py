@@ -1,0 +1,59 @@
+"""Sweep points as Ray tasks: a local Ray instance, or an existing cluster at `ray_address` (the `dist`
+extra). The same `run_point` runs in each task, so a sweep gives the same rows on either backend.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Callable
+
+from kvsim.planning.sweep import run_point
+from kvsim.trace import Trace
+
+#: Seconds to wait for a Ray address to accept a TCP connection before calling it unreachable.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_address(address: str) -> None:
+    """ValueError unless `address` ("host:port" or "ray://host:port"; "auto" is left to Ray) answers."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"Ray address {address!r} must be host:port (e.g. 127.0.0.1:6379)")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ValueError(f"Ray address {address} does not answer ({exc}); start the cluster with "
+                         "`ray start --head` or drop --ray-address to use a local instance") from None
+
+
+def run_ray(points: list[dict], trace: Trace | None, workers: int | None, address: str | None,
+            on_row: Callable[[dict], None]) -> None:
+    """Run `points` as Ray tasks and hand each row to `on_row` as it finishes."""
+    if not points:
+        return
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray needs Ray: pip install 'kvsim[dist]'") from None
+    if address:
+        check_address(address)
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(num_cpus=1)(run_point)
+        trace_ref = ray.put(trace) if trace is not None else None
+        pending = [task.remote(p, trace_ref) for p in points]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            on_row(ray.get(ready[0]))
+    finally:
+        if started:
+            ray.shutdown()
