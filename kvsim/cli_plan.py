@@ -106,6 +106,7 @@ def capacity(
             raise ValueError("--gpus-for needs at least one --slo")
         flags = dict(model=model, gpu=gpu, tp=tp, kv_gib=kv_gib, num_blocks=num_blocks,
                      gpu_mem_util=gpu_mem_util, block_size=block_size, placement=placement,
+                     max_model_len=max_model_len,
                      model_config=str(model_config) if model_config else None)
         flags.update({k: _literal(v) for k, v in _pairs(set_flags, "--set")})
         slo_limits = rt.parse_slo(slo) if slo else None
@@ -115,7 +116,7 @@ def capacity(
             from kvsim.trace_formats import load_trace
             tr = load_trace(trace)
         lengths = tr if tr is not None else (preset or "sharegpt")
-        static = cap.static_capacity(lengths=lengths, max_model_len=max_model_len, seed=seed, **flags)
+        static = cap.static_capacity(lengths=lengths, seed=seed, **flags)
         out = {"static": static.to_dict("records")}
         _print_static(console, static, lengths if isinstance(lengths, str) else trace.name)
         if slo_limits:

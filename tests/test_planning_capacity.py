@@ -93,6 +93,13 @@ def test_make_config_flags():
         make_config(block_size="x")
     with pytest.raises(ValueError, match="block size must be >= 1"):
         make_config(block_size=0)
+    vllm = make_config(**{"tensor-parallel-size": 2, "max_num_batched_tokens": 4096}, model="llama-2-7b")
+    assert vllm.deployment.tp == 2 and vllm.scheduler.max_batched_tokens == 4096
+    short = make_config(model="llama-3-8b", max_model_len="2048", kv_cache_dtype="fp8")
+    assert short.deployment.model.max_seq_len == 2048
+    assert short.deployment.model.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 1        # fp8: 1 byte
+    kept = make_config(short, tp=2)                   # a changed TP keeps the model as configured
+    assert kept.deployment.model == short.deployment.model and kept.deployment.tp == 2
     row = config_row(cfg)
     assert row["model"] == "llama-2-7b" and row["block_size"] == 32 and row["max_num_seqs"] == 64
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.config import SimConfig
-from kvsim.planning.runs import make_config
+from kvsim.planning.runs import capacity_tokens, make_config
 from kvsim.trace import Trace
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
@@ -53,8 +53,7 @@ def fill_concurrency(cfg: SimConfig, allocator: str, prompt: np.ndarray, final: 
     from kvsim.alloc import make_allocator
 
     cache, n = cfg.cache, len(prompt)
-    capacity = cfg.deployment.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size,
-                                                 cache.gpu_mem_util)
+    capacity = capacity_tokens(cfg)
     kind, _, policy = allocator.partition("-")
     counts = []
     for t in range(trials):
@@ -99,7 +98,7 @@ def _lengths(lengths: Trace | str, max_len: int, num_samples: int, seed: int) ->
 
 
 def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | None = "sharegpt",
-                    max_model_len: int | None = None, num_samples: int = NUM_SAMPLES, trials: int = TRIALS, seed: int = 0,
+                    num_samples: int = NUM_SAMPLES, trials: int = TRIALS, seed: int = 0,
                     **flags: Any) -> pd.DataFrame:
     """One row per allocator (`ALLOCATORS`): `capacity_tokens`, `block_size`, `num_blocks`,
     `max_model_len`, `max_concurrency_at_max_len` (paged: blocks / blocks per max-length request, as vLLM
@@ -114,10 +113,8 @@ def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | N
     """
     cfg = make_config(config, **flags)
     dep, cache = cfg.deployment, cfg.cache
-    capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util)
-    max_len = max_model_len or dep.model.max_seq_len
-    if max_len < 1:
-        raise ValueError(f"max model length must be >= 1 token, got {max_len}")
+    capacity = capacity_tokens(cfg)
+    max_len = dep.model.max_seq_len           # the model's, or the `max_model_len` flag
     bs = cache.block_size
     rows = []
     sample = None if lengths is None else _lengths(lengths, max_len, num_samples, seed)

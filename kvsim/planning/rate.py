@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from kvsim.config import SimConfig
-from kvsim.planning.runs import make_config
+from kvsim.planning.runs import capacity_tokens, make_config
 from kvsim.trace import Trace
 
 #: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
@@ -218,7 +218,7 @@ def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], con
             continue
         try:
             c = make_config(cfg, tp=tp)
-            c.deployment.kv_capacity_tokens(None, None, c.cache.block_size, c.cache.gpu_mem_util)
+            capacity_tokens(c)
         except ValueError as exc:
             row["note"] = str(exc)
             continue

@@ -21,6 +21,7 @@ from kvsim.trace import Trace
 
 #: Flags that pick the deployment and the calibration rather than a config field.
 DEPLOYMENT_FLAGS = {"model": "opt-13b", "model_config": None, "gpu": "a100-40gb", "tp": 1,
+                    "kv_cache_dtype": "auto", "max_model_len": None,
                     "calibration": None, "force_calibration": False}
 
 
@@ -65,9 +66,15 @@ def _parse(flag: str, value: Any, annotation: str) -> Any:
     return text
 
 
+#: vLLM's names for the same flags (as `kvsim run` accepts them).
+ALIASES = {"tensor_parallel_size": "tp", "num_gpu_blocks_override": "num_blocks",
+           "max_num_batched_tokens": "max_batched_tokens", "gpu_memory_utilization": "gpu_mem_util"}
+
+
 def normalize_flag(name: str) -> str:
-    """`max-num-seqs` -> `max_num_seqs`."""
-    return name.strip().replace("-", "_")
+    """`max-num-seqs` -> `max_num_seqs`; vLLM aliases to kvsim's names (`tensor-parallel-size` -> `tp`)."""
+    key = name.strip().lstrip("-").replace("-", "_")
+    return ALIASES.get(key, key)
 
 
 def make_config(config: SimConfig | None = None, **flags: Any) -> SimConfig:
@@ -84,9 +91,14 @@ def make_config(config: SimConfig | None = None, **flags: Any) -> SimConfig:
     dep_flags = {k: flags.pop(k) for k in list(flags) if k in DEPLOYMENT_FLAGS}
     if config is None or dep_flags:
         d = {k: (dep_flags[k] if k in dep_flags else _current(config, k)) for k in DEPLOYMENT_FLAGS}
-        spec = load_hf_config(d["model_config"]) if d["model_config"] else get_model(d["model"])
-        tp = int(d["tp"]) if isinstance(d["tp"], str) else d["tp"]
-        deployment = Deployment(spec, get_gpu(d["gpu"]), tp)
+        if config is not None and not {"model", "model_config"} & set(dep_flags):
+            spec = config.deployment.model            # keeps its dtype, max length, config file
+        else:
+            spec = load_hf_config(d["model_config"]) if d["model_config"] else get_model(d["model"])
+        max_len = _parse("max_model_len", d["max_model_len"], "int | None")
+        spec = spec.with_kv_cache_dtype(str(d["kv_cache_dtype"])).with_max_model_len(max_len)
+        gpu = (config.deployment.gpu if config is not None and "gpu" not in dep_flags else get_gpu(d["gpu"]))
+        deployment = Deployment(spec, gpu, _parse("tp", d["tp"], "int"))
         calibration = _calibration(d, config)
         config = (SimConfig(deployment) if config is None
                   else dataclasses.replace(config, deployment=deployment))
@@ -106,6 +118,7 @@ def _current(config: SimConfig | None, flag: str) -> Any:
         return DEPLOYMENT_FLAGS[flag]
     dep = config.deployment
     return {"model": dep.model.name, "model_config": None, "gpu": dep.gpu.name, "tp": dep.tp,
+            "kv_cache_dtype": "auto", "max_model_len": None,
             "calibration": None, "force_calibration": False}[flag]
 
 
@@ -117,10 +130,19 @@ def _calibration(d: dict, config: SimConfig | None):
     return None if config is None else config.calibration
 
 
+def capacity_tokens(config: SimConfig) -> int:
+    """KV slots of the whole deployment under `config` (as `build_run` sizes the cache)."""
+    cache = config.cache
+    return config.deployment.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size,
+                                                cache.gpu_mem_util, config.scheduler.max_batched_tokens)
+
+
 def config_row(config: SimConfig) -> dict[str, Any]:
     """The resolved configuration as flat columns: model, gpu, tp, every cache/scheduler field, seed."""
     dep = config.deployment
-    row: dict[str, Any] = {"model": dep.model.name, "gpu": dep.gpu.name, "tp": dep.tp}
+    row: dict[str, Any] = {"model": dep.model.name, "gpu": dep.gpu.name, "tp": dep.tp,
+                           "max_model_len": dep.model.max_seq_len,
+                           "kv_bytes_per_token": dep.model.kv_bytes_per_token()}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if f.name == "deployment":
