@@ -142,7 +142,7 @@ def config_row(config: SimConfig) -> dict[str, Any]:
     dep = config.deployment
     row: dict[str, Any] = {"model": dep.model.name, "gpu": dep.gpu.name, "tp": dep.tp,
                            "max_model_len": dep.model.max_seq_len,
-                           "kv_bytes_per_token": dep.model.kv_bytes_per_token()}
+                           "kv_bytes_per_token": dep.kv_bytes_per_token()}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if f.name == "deployment":
