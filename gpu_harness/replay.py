@@ -79,8 +79,8 @@ class _RecordingAllocator:
     def __getattr__(self, name):
         return getattr(self._alloc, name)
 
-    def allocate(self, seq_id, num_tokens, final_tokens, block_hashes=()):
-        cached = self._alloc.allocate(seq_id, num_tokens, final_tokens, block_hashes)
+    def allocate(self, seq_id, num_tokens, final_tokens, block_hashes=(), hold_tokens=None):
+        cached = self._alloc.allocate(seq_id, num_tokens, final_tokens, block_hashes, hold_tokens)
         self.allocated[seq_id] = cached
         return cached
 

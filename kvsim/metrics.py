@@ -102,6 +102,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, sched: Scheduler, cap
             "sharing_saved_fraction": saved / unshared if unshared > 0 else 0.0,
         },
         "prefix_cache_hit_tokens": int(sched.prefix_hit_tokens),
+        "prefix_cache_hit_rate": (sched.prefix_hit_tokens / sched.admitted_prompt_tokens
+                                  if sched.admitted_prompt_tokens else 0.0),
         "sim_wall_s": sim_wall_s,
         "engine_steps": int(len(steps)),
     }

@@ -84,7 +84,8 @@ def _rows(s: dict) -> list[tuple[str, str]]:
         ("KV free", f"{frac['free']:.1%}"),
         ("KV peak allocated", f"{kv['peak_allocated_fraction']:.1%}"),
         ("sharing saved", f"{kv['sharing_saved_fraction']:.1%}"),
-        ("prefix-cache hits (tok)", f"{s['prefix_cache_hit_tokens']:,}"),
+        ("prefix-cache hits (tok)", f"{s['prefix_cache_hit_tokens']:,} "
+                                    f"({s['prefix_cache_hit_rate']:.1%} of prompt tokens)"),
         ("steps / wall (s)", f"{s['engine_steps']:,} / {s['sim_wall_s']:.2f}"),
     ]
 

@@ -69,7 +69,8 @@ class Scheduler:
         self.running_seqs = 0               # sequences of the running requests
         self.swap_used = 0
         self.num_preemptions = 0
-        self.prefix_hit_tokens = 0
+        self.prefix_hit_tokens = 0          # cached prompt tokens at first admissions
+        self.admitted_prompt_tokens = 0     # prompt tokens of requests admitted at least once
         self.num_finished = self.num_rejected = 0
 
     # -- arrivals -------------------------------------------------------------------------------
@@ -115,7 +116,8 @@ class Scheduler:
         plan = StepPlan()
         preempted = self._grow_running(plan)
         budget = self.cfg.max_batched_tokens - plan.decode_seqs
-        budget = self._continue_prefills(plan, budget)
+        budget, preempted_chunk = self._continue_prefills(plan, budget)
+        preempted = preempted or preempted_chunk
         if not preempted:
             if self.swapped:
                 self._swap_in(plan)
@@ -186,12 +188,37 @@ class Scheduler:
             kv_len[i] += steps
             generated[i] += steps
 
-    def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
-        """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished."""
-        for i in self.running:
-            if self.prefill_left[i] and budget > 0:
-                budget -= self._prefill_chunk(i, plan, budget)
-        return budget
+    def _continue_prefills(self, plan: StepPlan, budget: int) -> tuple[int, bool]:
+        """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished; a chunk's
+        blocks are taken now (single-sequence requests), preempting from the back when they do not
+        fit, as vLLM's running loop does. Returns (budget left, whether a request was preempted)."""
+        preempted = False
+        for i in list(self.running):
+            if not self.prefill_left[i] or budget <= 0 or i not in self.running:
+                continue
+            chunk = min(self.prefill_left[i], budget)
+            if self.n[i] == 1:
+                seq = self.seq_ids(i)[0]
+                while not self.alloc.can_append(seq, chunk):
+                    victim = self.running[-1]
+                    preempted = True
+                    self._unplan(victim, plan)
+                    self._preempt(victim, plan)
+                    if victim == i:
+                        break
+                if i not in self.running:
+                    break
+                self.alloc.append(seq, chunk)
+            budget -= self._prefill_chunk(i, plan, budget)
+        return budget, preempted
+
+    def _unplan(self, i: int, plan: StepPlan) -> None:
+        """Take request `i`'s decode (its slot already grown) back out of this step's plan."""
+        if i in plan.decodes:
+            plan.decodes.remove(i)
+            plan.decode_seqs -= self.n[i]
+            plan.decode_context_tokens -= self.kv_len[i] * self.n[i]
+            self.kv_len[i] -= 1
 
     def _prefill_chunk(self, i: int, plan: StepPlan, budget: int) -> int:
         chunk = min(self.prefill_left[i], budget) if self.cfg.chunked_prefill else self.prefill_left[i]
@@ -203,7 +230,10 @@ class Scheduler:
         return chunk
 
     def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
-        """Strict FCFS: admit from the head while limits and memory allow; the head blocks the rest."""
+        """Strict FCFS: admit from the head while limits and memory allow; the head blocks the rest.
+        Memory must hold the whole sequence (prompt, or prompt + outputs to recompute) less its
+        prefix-cache hits, as vLLM's full-sequence admission check; with chunked prefill a
+        single-sequence request takes only its first chunk's blocks now."""
         alloc, cfg = self.alloc, self.cfg
         while self.waiting and budget > 0:
             i = self.waiting[0]
@@ -211,19 +241,23 @@ class Scheduler:
             final = self.prompt[i] + self.output[i] - 1
             if self.running_seqs + self.n[i] > cfg.max_num_seqs:
                 break
-            if not cfg.chunked_prefill and need > budget and (plan.prefills or plan.decodes):
-                break       # (a lone prefill may exceed the budget: a recomputed request can)
-            if not alloc.can_allocate(need, final):
-                break
             seqs = self.seq_ids(i)
-            cached = alloc.allocate(seqs[0], need, final, self.block_ids(i) if self.block_ids else ())
+            ids = self.block_ids(i) if self.block_ids else ()
+            if not alloc.can_allocate(need, final, ids, seqs[0]):
+                break
+            compute = need - alloc.cached_tokens(need, ids, seqs[0])
+            if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
+                break       # (a lone prefill may exceed the budget: a recomputed request can)
+            hold = need if self.n[i] > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
+            cached = alloc.allocate(seqs[0], need, final, ids, hold)
             if not self._fork_samples(seqs):
                 break
             self.waiting.popleft()
-            self.prefix_hit_tokens += cached
             self.kv_len[i], self.prefill_left[i] = need, need - cached
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
+                self.prefix_hit_tokens += cached
+                self.admitted_prompt_tokens += self.prompt[i]
             self.running.append(i)
             self.running_seqs += self.n[i]
             budget -= self._prefill_chunk(i, plan, budget)
@@ -265,7 +299,7 @@ class Scheduler:
             kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self.seq_ids(i)
             restored = []
             for s in seqs:                  # each sample separately: blocks or extents do not pool
-                if not self.alloc.can_allocate(kv + 1, final):
+                if not self.alloc.can_allocate(kv + 1, final, (), s):
                     break
                 self.alloc.allocate(s, kv + 1, final)
                 restored.append(s)
@@ -305,6 +339,11 @@ class Scheduler:
         return retire
 
     def _retire(self, retire: list[int], now: float) -> None:
+        """Free finished requests in batch order (vLLM's order: it decides which freed blocks the
+        prefix cache evicts first)."""
+        if len(retire) > 1:
+            done = set(retire)
+            retire = [i for i in self.running if i in done]
         for i in retire:
             self.running.remove(i)
             self.running_seqs -= self.n[i]

@@ -90,14 +90,69 @@ def test_plain_free_blocks_are_used_before_evicting():
     a.check_invariants()
 
 
-def test_duplicate_content_keeps_the_first_block_cached():
+def test_duplicate_content_is_cached_beside_the_first_block():
+    """As vLLM's block pool: a block recomputed next to a cached one with the same hash (hits stop one
+    block short of the end) is cached too, and serves hits after the first is evicted."""
     a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
-    a.allocate(1, 4, 5, block_hashes=[1])        # a 4-token prompt computes its only block
-    a.allocate(2, 4, 5, block_hashes=[1])        # cap floor(3 / 4) = 0: computed again, not cached
+    a.allocate(1, 4, 5, block_hashes=[1])        # a 4-token prompt computes its only block: block 0
+    a.allocate(2, 4, 5, block_hashes=[1])        # cap floor(3 / 4) = 0: computed again in block 1
+    a.free(1)                                     # evictable order: 0, then 1
     a.free(2)
-    a.free(1)
-    assert a.stats().cached_blocks == 1
-    assert a.allocate(3, 5, 5, block_hashes=[1]) == 4 and a.block_table(3)[0] == 0
+    assert a.stats().cached_blocks == 2
+    a.allocate(3, 12, 12)                         # never used blocks 2, 3, then evicts block 0
+    assert a.block_table(3) == [2, 3, 0]
+    a.free(3)
+    assert a.allocate(4, 5, 5, block_hashes=[1]) == 4 and a.block_table(4)[0] == 1
+    a.check_invariants()
+
+
+def test_admission_counts_hits_on_blocks_in_use_as_free():
+    a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
+    a.allocate(1, 10, 10, block_hashes=[1, 2])    # 3 blocks, 1 free
+    assert a.can_allocate(9, 9, [1, 2], seq_id=2)  # 3 blocks, 2 of them hits held by seq 1
+    assert a.cached_tokens(9, [1, 2], seq_id=2) == 8
+    assert not a.can_allocate(9, 9, [1, 3], seq_id=2)
+    assert a.allocate(2, 9, 9, [1, 2]) == 8 and a.num_free_blocks == 0
+    a.check_invariants()
+
+
+def test_evictable_hits_take_free_blocks():
+    a = PagedAllocator(num_blocks=3, block_size=4, prefix_caching=True)
+    a.allocate(1, 8, 8, block_hashes=[1, 2])      # blocks 0, 1 (both full, cached)
+    a.allocate(9, 2, 2)                           # block 2
+    a.free(1)                                     # 2 free blocks, both evictable hits for [1, 2]
+    assert a.cached_tokens(9, [1, 2], seq_id=2) == 8
+    assert not a.can_allocate(9, 9, [1, 2], seq_id=2)   # 1 new + 2 evictable hits > 2 free
+    assert a.can_allocate(8, 8, [1, 2], seq_id=2)       # 1 hit (cap floor(7/4)) + 1 new = 2
+    a.check_invariants()
+
+
+def test_generated_blocks_are_hashed_so_a_recomputed_sequence_hits_its_own_output():
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(1, 5, 20, block_hashes=[7])        # prompt: block 0 (shareable) + 1 token of block 1
+    a.append(1, 3)                                # generated tokens fill block 1: cached as seq 1's own
+    a.free(1)                                     # preempted
+    assert a.cached_tokens(9, [7], seq_id=2) == 4          # another sequence shares only the prompt
+    assert a.allocate(1, 9, 20, block_hashes=[7]) == 8     # recompute: its prompt and its own output
+    a.check_invariants()
+
+
+def test_unshared_prompt_blocks_are_cached_for_their_own_sequence():
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(3, 9, 12)                          # no shareable ids: blocks 0, 1 are seq 3's own
+    a.free(3)
+    assert a.cached_tokens(9, seq_id=4) == 0
+    assert a.allocate(3, 9, 12) == 8
+    a.check_invariants()
+
+
+def test_chunked_prefill_holds_only_its_first_chunk():
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(1, 8, 8, block_hashes=[1, 2])
+    assert a.allocate(2, 20, 30, block_hashes=[1, 2], hold_tokens=9) == 8   # 2 hits + 1 new block
+    assert len(a.block_table(2)) == 3 and a.num_tokens(2) == 9
+    a.append(2, 11)
+    assert len(a.block_table(2)) == 5 and a.block_table(2)[:2] == a.block_table(1)
     a.check_invariants()
 
 

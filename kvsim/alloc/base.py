@@ -53,12 +53,19 @@ class Allocator(Protocol):
         """Slots a request of `num_seqs` sequences (forked from one of `num_tokens`) takes when each
         holds `final_tokens`; more than `capacity_tokens` means it can never be served."""
 
-    def can_allocate(self, num_tokens: int, final_tokens: int) -> bool:
-        """Whether a new sequence needing `num_tokens` slots now (peak `final_tokens`) fits."""
+    def can_allocate(self, num_tokens: int, final_tokens: int, block_hashes: Sequence[int] = (),
+                     seq_id: int = 0) -> bool:
+        """Whether a new sequence of `num_tokens` slots (peak `final_tokens`) fits whole now, its
+        prefix-cache hits counted (`block_hashes`: content ids of its shareable full blocks; `seq_id`:
+        the id it will have, which names its other blocks)."""
+
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
+        """Leading tokens of such a sequence a prefix cache holds now (0 without one)."""
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
-                 block_hashes: Sequence[int] = ()) -> int:
-        """Give `seq_id` room for `num_tokens`; returns how many leading tokens a prefix cache
+                 block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
+        """Give `seq_id` room for a sequence of `num_tokens` slots, `hold_tokens` (default all) of them
+        now, the rest by `append` (chunked prefill); returns how many leading tokens a prefix cache
         already holds (0 without prefix caching)."""
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:

@@ -77,19 +77,29 @@ class ContiguousAllocator:
         self._check_id(seq_id)
         return self._tokens[seq_id]
 
-    def can_allocate(self, num_tokens: int, final_tokens: int) -> bool:
+    def can_allocate(self, num_tokens: int, final_tokens: int, block_hashes: Sequence[int] = (),
+                     seq_id: int = 0) -> bool:
         """Whether the policy's reservation fits in one free extent now."""
         return self._pool.fits(self._reservation(num_tokens, final_tokens))
 
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
+        """0: prefix caching is not modelled for contiguous reservations."""
+        return 0
+
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
-                 block_hashes: Sequence[int] = ()) -> int:
-        """Reserve one extent for `seq_id` (prefix caching is not modelled: returns 0)."""
+                 block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
+        """Reserve one extent for a sequence of `num_tokens` slots (`hold_tokens` of them written now,
+        the rest by `append`: chunked prefill); prefix caching is not modelled: returns 0."""
         if seq_id in self._extent:
             raise AllocationError(f"sequence id {seq_id} is already allocated")
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        hold = num_tokens if hold_tokens is None else hold_tokens
+        if not 1 <= hold <= num_tokens:
+            raise AllocationError(f"sequence {seq_id}: needs 1 <= hold_tokens ({hold}) <= num_tokens "
+                                  f"({num_tokens})")
         final = max(final_tokens, num_tokens)
-        self._place(seq_id, self._reservation(num_tokens, final), num_tokens, final)
+        self._place(seq_id, self._reservation(num_tokens, final), hold, final)
         return 0
 
     def _place(self, seq_id: int, reserved: int, tokens: int, final: int) -> None:

@@ -30,18 +30,20 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
-from .prefix import PrefixCache, chain_hashes
+from .prefix import PrefixCache, chain_hashes, unique_hashes
 
 
 @dataclass(slots=True)
 class _Seq:
-    """A live sequence's mutable state: its block table, slots written, peak slots (>= tokens) and
-    the chained hashes of its prompt blocks (prefix caching only; never mutated, so forks share it)."""
+    """A live sequence's mutable state: its block table, slots written, peak slots (>= tokens), the
+    chained hashes of its shareable leading blocks (prefix caching only; never mutated, so forks share
+    it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`)."""
 
     table: list[int]
     tokens: int
     final: int
     hashes: list[int]
+    salt: int = 0
 
 
 class PagedAllocator:
@@ -64,6 +66,7 @@ class PagedAllocator:
         self._sum_blocks = 0
         self._excess = 0
         self._shared_partial = 0
+        self._chained: tuple[object, list[int]] = ((), [])   # last content ids -> their chained hashes
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -97,25 +100,57 @@ class PagedAllocator:
         shared = num_tokens // bs * bs
         return shared + num_seqs * (-(-max(final_tokens, num_tokens) // bs) * bs - shared)
 
-    def can_allocate(self, num_tokens: int, final_tokens: int = 0) -> bool:
-        """Whether ceil(num_tokens / block_size) blocks are free; prefix-cache hits are ignored (a hit
-        on an evictable block takes a free block too, so this is conservative)."""
-        return -(-num_tokens // self.block_size) <= self.num_free_blocks
+    def _prefix(self, num_tokens: int, block_hashes: Sequence[int], salt: int) -> tuple[list[int], list[int]]:
+        """(chained hashes of the shareable content ids, cache hits) for a sequence of `num_tokens` slots:
+        the longest cached run of its full blocks' hashes (shareable ones, then its own by `salt`), at
+        most floor((num_tokens - 1) / block_size) blocks (the last token is always computed)."""
+        if self._cache is None:
+            return [], []
+        if block_hashes is not self._chained[0]:
+            self._chained = (block_hashes, chain_hashes(block_hashes) if len(block_hashes) else [])
+        hashes = self._chained[1]
+        max_hits = (num_tokens - 1) // self.block_size
+        hits = self._cache.lookup(hashes, max_hits)
+        if len(hits) == len(hashes) < max_hits:   # past the shareable blocks: its own earlier blocks
+            hits += self._cache.lookup(unique_hashes(salt, len(hashes), max_hits), max_hits - len(hashes))
+        return hashes, hits
+
+    def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int) -> tuple[int, int]:
+        """(cached tokens, free blocks needed) to allocate a sequence of `num_tokens` slots now: a hit
+        on an evictable block takes it out of the free blocks too (vLLM counts it the same way)."""
+        _, hits = self._prefix(num_tokens, block_hashes, salt)
+        evictable = sum(self._cache.is_evictable(b) for b in hits) if hits else 0
+        return len(hits) * self.block_size, -(-num_tokens // self.block_size) - len(hits) + evictable
+
+    def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
+                     seq_id: int = 0) -> bool:
+        """Whether a sequence of `num_tokens` slots fits now, its prefix-cache hits counted (the blocks
+        it misses plus the evictable blocks it hits must be free). `seq_id`: the id it will have."""
+        return self._hits_cost(num_tokens, block_hashes, seq_id)[1] <= self.num_free_blocks
+
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
+        """Leading tokens of a sequence of `num_tokens` slots the prefix cache holds now (whole
+        blocks, at most floor((num_tokens - 1) / block_size) of them). Changes nothing."""
+        return self._hits_cost(num_tokens, block_hashes, seq_id)[0]
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
-                 block_hashes: Sequence[int] = ()) -> int:
-        """Give `seq_id` blocks for `num_tokens` slots, reusing cached leading blocks whose chained
-        `block_hashes` (one content id per full prompt block) hit, at most floor((num_tokens - 1) /
-        block_size) of them; returns the cached tokens (hit blocks x block_size)."""
+                 block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
+        """Give `seq_id` blocks for a sequence of `num_tokens` slots, reusing the cached leading blocks
+        `cached_tokens` finds (`block_hashes`: one content id per shareable full block; its other full
+        blocks are its own, hashed by `seq_id`); returns the cached tokens. `hold_tokens` (chunked
+        prefill, default `num_tokens`): slots taken now, the cached ones included; the rest come by
+        `append`. Every full block it fills is registered in the prefix cache."""
         if seq_id in self._seqs:
             raise AllocationError(f"sequence id {seq_id} is already allocated")
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
         bs = self.block_size
         cache = self._cache
-        hashes = chain_hashes(block_hashes) if cache is not None and block_hashes else []
-        hits = cache.lookup(hashes, (num_tokens - 1) // bs) if hashes else []
-        num_new = -(-num_tokens // bs) - len(hits)
+        hashes, hits = self._prefix(num_tokens, block_hashes, seq_id)
+        hold = num_tokens if hold_tokens is None else max(hold_tokens, len(hits) * bs)
+        if hold < 1 or hold > num_tokens:
+            raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+        num_new = -(-hold // bs) - len(hits)
         evictable_hits = sum(cache.is_evictable(b) for b in hits) if hits else 0
         if num_new > self.num_free_blocks - evictable_hits:
             raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, "
@@ -129,20 +164,31 @@ class PagedAllocator:
             ref[block] += 1
         table = hits + [self._take() for _ in range(num_new)]
         final = max(final_tokens, num_tokens)
-        self._seqs[seq_id] = _Seq(table, num_tokens, final, hashes)
-        for k in range(len(hits), min(num_tokens // bs, len(hashes))):
-            cache.register(hashes[k], table[k])
-        self._sum_tokens += num_tokens
+        seq = self._seqs[seq_id] = _Seq(table, hold, final, hashes, seq_id)
+        if cache is not None:
+            self._register(seq, len(hits), hold // bs)
+        self._sum_tokens += hold
         self._sum_reach += min(final, len(table) * bs)
         self._sum_blocks += len(table)
         return len(hits) * bs
+
+    def _register(self, seq: _Seq, start: int, stop: int) -> None:
+        """Cache `seq`'s full blocks `start..stop-1` under their hashes (shareable, then its own)."""
+        hashes, table, register = seq.hashes, seq.table, self._cache.register
+        for k in range(start, min(stop, len(hashes))):
+            register(hashes[k], table[k])
+        if stop > len(hashes):
+            first = max(start, len(hashes))
+            for k, h in enumerate(unique_hashes(seq.salt, first, stop), start=first):
+                register(h, table[k])
 
     def can_fork(self, parent_id: int) -> bool:
         """Forking shares every block, so it needs no free block (copy-on-write happens on append)."""
         return parent_id in self._seqs
 
     def fork(self, parent_id: int, child_id: int) -> None:
-        """Make `child_id` share all of `parent_id`'s blocks (reference counts + 1)."""
+        """Make `child_id` share all of `parent_id`'s blocks (reference counts + 1); the blocks it
+        fills from now on are its own (hashed by `child_id`)."""
         parent = self._seq(parent_id)
         if child_id in self._seqs:
             raise AllocationError(f"sequence id {child_id} is already allocated")
@@ -153,7 +199,7 @@ class PagedAllocator:
         self._excess += num_full * self.block_size
         if num_full < len(parent.table) and ref[parent.table[-1]] == 2:
             self._shared_partial += 1
-        self._seqs[child_id] = _Seq(list(parent.table), parent.tokens, parent.final, parent.hashes)
+        self._seqs[child_id] = _Seq(list(parent.table), parent.tokens, parent.final, parent.hashes, child_id)
         self._sum_tokens += parent.tokens
         self._sum_reach += min(parent.final, len(parent.table) * self.block_size)
         self._sum_blocks += len(parent.table)
@@ -290,9 +336,8 @@ class PagedAllocator:
         seq.final = max(seq.final, new_tokens)
         self._sum_tokens += new_tokens - tokens
         self._sum_reach += min(seq.final, len(table) * bs) - reach_before
-        hashes = seq.hashes
-        for k in range(tokens // bs, min(new_tokens // bs, len(hashes))):
-            self._cache.register(hashes[k], table[k])
+        if self._cache is not None and new_tokens // bs > tokens // bs:
+            self._register(seq, tokens // bs, new_tokens // bs)
         return copies
 
     # ---- many decode steps at once (the engine's fast-forward) -----------------------------------
@@ -345,7 +390,10 @@ class PagedAllocator:
             self._sum_blocks += len(crossing[j])
             self._sum_tokens += len(seqs)
             snapshots.append(self.stats())
+        cache = self._cache
         for seq in seqs:
+            if cache is not None and (seq.tokens + steps) // bs > seq.tokens // bs:
+                self._register(seq, seq.tokens // bs, (seq.tokens + steps) // bs)   # order-free
             seq.tokens += steps
         return snapshots
 

@@ -6,7 +6,7 @@ full blocks are ever cached. A cached block whose reference count drops to 0 bec
 counts as free but keeps its contents until a fresh block is needed, least recently freed first.
 
 Invariants (checked by `check`):
-- `_block_of[h] == b` if and only if `_hash_of[b] == h` (the map is a bijection on cached blocks);
+- `b in _blocks_of[h]` if and only if `_hash_of[b] == h` (each cached block holds one hash);
 - every evictable block is cached and has reference count 0;
 - a cached block with reference count 0 is evictable (nothing cached is lost from both sets).
 """
@@ -26,6 +26,14 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def unique_hashes(salt: int, start: int, stop: int) -> list[int]:
+    """Hashes of blocks `start..stop-1` of a sequence whose contents no other sequence shares (a prompt
+    past its shareable prefix, generated tokens): keyed by the sequence's `salt` and the block index,
+    in their own domain, so they never equal a chained hash of content ids (but for 2**-64 odds)."""
+    key = _mix64((salt & _MASK64) ^ 0xD1B54A32D192ED03)
+    return [_mix64((key + k * 0x9E3779B97F4A7C15) & _MASK64 ^ 0xA0761D6478BD642F) for k in range(start, stop)]
+
+
 def chain_hashes(block_ids: Iterable[int]) -> list[int]:
     """Chained 64-bit hashes h_k = mix(h_{k-1}, id_k) of per-block content ids (h_{-1} = 0), so
     equal chained hashes mean equal prefixes up to and including that block."""
@@ -38,11 +46,15 @@ def chain_hashes(block_ids: Iterable[int]) -> list[int]:
 
 
 class PrefixCache:
-    """Maps chained hashes to the blocks holding them; keeps freed cached blocks evictable (LRU)."""
+    """Maps chained hashes to the blocks holding them; keeps freed cached blocks evictable (LRU).
+
+    Like vLLM's block pool, one hash may be held by several blocks (a block recomputed because hits
+    stop one block short of the sequence's end, next to the cached original); a lookup takes the
+    first cached of them, and each stays cached until it is evicted itself."""
 
     def __init__(self) -> None:
-        self._block_of: dict[int, int] = {}             # chained hash -> block id
-        self._hash_of: dict[int, int] = {}              # cached block id -> chained hash
+        self._blocks_of: dict[int, dict[int, None]] = {}   # chained hash -> its blocks, first cached first
+        self._hash_of: dict[int, int] = {}                  # cached block id -> chained hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
 
     @property
@@ -54,11 +66,12 @@ class PrefixCache:
         """Blocks holding the longest cached prefix of `hashes`, at most `max_blocks` of them.
         Changes nothing."""
         hits = []
+        blocks_of = self._blocks_of
         for h in hashes[:max_blocks]:
-            block = self._block_of.get(h)
-            if block is None:
+            blocks = blocks_of.get(h)
+            if blocks is None:
                 break
-            hits.append(block)
+            hits.append(next(iter(blocks)))
         return hits
 
     def is_evictable(self, block: int) -> bool:
@@ -70,11 +83,11 @@ class PrefixCache:
         del self._evictable[block]
 
     def register(self, h: int, block: int) -> None:
-        """Record that full `block` holds the prefix with chained hash `h`; a hash already cached in
-        another block keeps its first block (the duplicate stays uncached)."""
-        if h not in self._block_of and block not in self._hash_of:
-            self._block_of[h] = block
+        """Record that full `block` holds the prefix with chained hash `h` (a block already cached
+        keeps its hash; another block with the same hash is cached beside it)."""
+        if block not in self._hash_of:
             self._hash_of[block] = h
+            self._blocks_of.setdefault(h, {})[block] = None
 
     def park(self, block: int) -> bool:
         """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
@@ -87,7 +100,11 @@ class PrefixCache:
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
-        del self._block_of[self._hash_of.pop(block)]
+        h = self._hash_of.pop(block)
+        blocks = self._blocks_of[h]
+        del blocks[block]
+        if not blocks:
+            del self._blocks_of[h]
         return block
 
     def evictable_blocks(self) -> list[int]:
@@ -100,9 +117,12 @@ class PrefixCache:
 
     def check(self, ref_counts: Sequence[int]) -> None:
         """Assert the invariants in the module docstring."""
-        for h, block in self._block_of.items():
-            assert self._hash_of.get(block) == h, f"hash map points {h:#x} at block {block}, which holds another"
-        assert len(self._hash_of) == len(self._block_of), "block -> hash and hash -> block maps disagree"
+        for h, blocks in self._blocks_of.items():
+            assert blocks, f"hash {h:#x} maps to no block"
+            for block in blocks:
+                assert self._hash_of.get(block) == h, f"hash map points {h:#x} at block {block}, which holds another"
+        assert len(self._hash_of) == sum(map(len, self._blocks_of.values())), \
+            "block -> hash and hash -> block maps disagree"
         for block in self._evictable:
             assert block in self._hash_of, f"evictable block {block} is not cached"
             assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
