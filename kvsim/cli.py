@@ -139,6 +139,10 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                          placement=placement.value),
                       scheduler=replace(cfg.scheduler, batching=batching.value))
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        if prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
+                and not quiet:
+            typer.echo(f"note: {trace}: block_hashes cover {tr.hash_block_size}-token blocks (Mooncake "
+                       f"hash_ids); each splits into {block_size}-token blocks", err=True)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:

@@ -47,12 +47,15 @@ def gen(
     n: int = typer.Option(1, help="Parallel samples per request."),
     beam_width: int = typer.Option(1, help="Beam width per request."),
     max_len: int = typer.Option(2048, help="Maximum prompt + output length in tokens (OPT: 2048)."),
+    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Few-shot workload: every prompt starts "
+                                      "with the same prefix of this many tokens (paper: 80 or 341)."),
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same trace."),
 ) -> None:
     """Generate a synthetic trace: Poisson arrivals, long-tailed prompt/output lengths in tokens."""
     with _user_errors():
         trace = generate(preset, rate_rps=rate, duration_s=duration, num_requests=num_requests, n=n,
-                         beam_width=beam_width, max_len=max_len, seed=seed)
+                         beam_width=beam_width, max_len=max_len, shared_prefix_tokens=shared_prefix,
+                         seed=seed)
         write_jsonl(trace, out)
     s = trace.summary()
     typer.echo(f"wrote {out}: {s['requests']} requests over {s['duration_s']:.1f} s, mean prompt "

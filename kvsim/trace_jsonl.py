@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from itertools import chain, islice
 from pathlib import Path
 
@@ -40,9 +41,28 @@ def read_jsonl(path: str | Path, *, hash_block_size: int | None = None) -> Trace
     """Read and validate a kvsim JSONL trace; `hash_block_size` (tokens) is what `block_hashes` used."""
     path = Path(path)
     try:
-        return _read_fast(path, hash_block_size)
+        trace = _read_fast(path, hash_block_size)
     except _Fallback:
-        return _read_by_line(path, hash_block_size)
+        trace = _read_by_line(path, hash_block_size)
+    if hash_block_size is None and trace.hash_offsets is not None and _mooncake_blocks(trace):
+        trace = replace(trace, hash_block_size=MOONCAKE_BLOCK)
+    return trace
+
+
+MOONCAKE_BLOCK = 512     # tokens per block of the Mooncake trace's hash_ids
+
+
+def _mooncake_blocks(trace: Trace) -> bool:
+    """Whether `block_hashes` given without their block size are Mooncake's 512-token `hash_ids`: every
+    request has floor or ceil(prompt / 512) of them, and some prompt is long enough (>= 1024 tokens) that
+    blocks of the run's size (<= 256 tokens) would have given at least twice as many. Read as blocks of
+    the run's size they would undercount hits ~block-size-ratio-fold, silently."""
+    lengths = np.diff(trace.hash_offsets)
+    has = lengths > 0
+    prompt = trace.prompt_tokens[has]
+    count = lengths[has]
+    return bool(np.all((count >= prompt // MOONCAKE_BLOCK) & (count <= -(-prompt // MOONCAKE_BLOCK)))
+                and np.any(prompt >= 2 * MOONCAKE_BLOCK))
 
 
 def write_jsonl(trace: Trace, path: str | Path) -> None:

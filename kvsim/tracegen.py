@@ -122,16 +122,27 @@ def sample_lengths(preset: str, num: int, rng: np.random.Generator, max_len: int
 
 def generate(preset: str, *, rate_rps: float = 2.0, duration_s: float | None = 3600.0,
              num_requests: int | None = None, n: int = 1, beam_width: int = 1, max_len: int = 2048,
-             seed: int = 0) -> Trace:
+             shared_prefix_tokens: int = 0, seed: int = 0) -> Trace:
     """A synthetic trace: Poisson arrivals at `rate_rps` for `duration_s` seconds (or exactly
     `num_requests` requests when given), preset lengths, every request with `n` samples and `beam_width`.
+    `shared_prefix_tokens` > 0: a few-shot workload, every prompt starts with the same prefix of that
+    many tokens (prefix group "few-shot"), followed by a preset prompt drawn with `max_len` less the
+    prefix (the vLLM paper's translation experiment uses 80- and 341-token prefixes).
     Arrival times are rounded to microseconds. Deterministic for a seed."""
     if n < 1 or beam_width < 1:
         raise ValueError(f"n and beam_width must be >= 1, got n={n}, beam_width={beam_width}")
     if num_requests is not None and num_requests < 1:
         raise ValueError(f"num_requests must be >= 1, got {num_requests}")
+    if not 0 <= shared_prefix_tokens < max_len // 2:
+        raise ValueError(f"shared prefix must be 0..{max_len // 2 - 1} tokens (under half of max_len "
+                         f"{max_len}), got {shared_prefix_tokens}")
     rng = np.random.default_rng(seed)
     arrivals = np.round(poisson_arrivals(rate_rps, rng, num=num_requests, duration_s=duration_s), 6)
-    prompt, output = sample_lengths(preset, len(arrivals), rng, max_len)
-    return Trace.from_arrays(arrivals, prompt, output, n=n, beam_width=beam_width,
-                             source=f"{preset}-rate{rate_rps:g}-seed{seed}")
+    prompt, output = sample_lengths(preset, len(arrivals), rng, max_len - shared_prefix_tokens)
+    source = f"{preset}-rate{rate_rps:g}-seed{seed}"
+    if not shared_prefix_tokens:
+        return Trace.from_arrays(arrivals, prompt, output, n=n, beam_width=beam_width, source=source)
+    num = len(arrivals)
+    return Trace.from_arrays(arrivals, prompt + shared_prefix_tokens, output, n=n, beam_width=beam_width,
+                             prefix_group=["few-shot"] * num, prefix_tokens=[shared_prefix_tokens] * num,
+                             source=f"{source}-prefix{shared_prefix_tokens}")

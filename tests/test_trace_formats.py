@@ -118,3 +118,17 @@ def test_shared_azure_conv_matches_its_readme():
     s = load_trace(SHARED / "azure_llm_2023_conv.csv").summary()
     assert round(s["prompt_tokens"]["mean"]) == 1155 and s["output_tokens"]["max"] == 1000
     assert 5.4 < s["rate_rps"] < 5.6
+
+
+def test_mooncake_hash_ids_in_kvsim_jsonl_are_read_as_512_token_blocks(tmp_path):
+    from pathlib import Path
+    from kvsim.trace_jsonl import read_jsonl
+    excerpt = Path(__file__).parents[1] / "traces" / "mooncake_conversation_excerpt.jsonl"
+    t = read_jsonl(excerpt)
+    assert t.hash_block_size == 512                      # 6758 tokens, 14 hashes: ceil(6758 / 512)
+    assert len(t.prompt_block_ids(0, 16)) == 6758 // 16  # each hash splits into 32 blocks of 16
+    assert read_jsonl(excerpt, hash_block_size=16).hash_block_size == 16     # an explicit size wins
+    short = tmp_path / "short.jsonl"                     # hashes per 16-token block: left alone
+    short.write_text('{"arrival_s": 0, "prompt_tokens": 1100, "output_tokens": 3, "block_hashes": '
+                     + str(list(range(68))) + '}\n')
+    assert read_jsonl(short).hash_block_size is None

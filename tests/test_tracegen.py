@@ -43,3 +43,30 @@ def test_generate_options():
         generate("sharegpt", num_requests=5, max_len=256)
     with pytest.raises(ValueError, match="rate must be > 0"):
         generate("alpaca", rate_rps=0.0)
+
+
+def test_few_shot_prefix_is_shared_by_every_request():
+    from kvsim.tracegen import generate
+    t = generate("alpaca", num_requests=50, shared_prefix_tokens=80, seed=3)
+    plain = generate("alpaca", num_requests=50, seed=3, max_len=2048 - 80)
+    assert (t.prompt_tokens == plain.prompt_tokens + 80).all()
+    assert t.prompt_block_ids(0, 16) == t.prompt_block_ids(49, 16) and len(t.prompt_block_ids(0, 16)) == 5
+    assert (t.prompt_tokens + t.output_tokens <= 2048).all()
+
+
+def test_few_shot_prefix_hits_every_request_after_the_first(tmp_path):
+    from typer.testing import CliRunner
+    import json
+    from kvsim.cli import app
+    out = tmp_path / "t.jsonl"
+    r = CliRunner().invoke(app, ["trace", "gen", "--preset", "alpaca", "--num-requests", "20", "--rate", "0.5",
+                                 "--shared-prefix", "341", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["run", str(out), "--prefix-caching", "--quiet", "--json", str(tmp_path / "s.json")])
+    assert r.exit_code == 0, r.output
+    s = json.loads((tmp_path / "s.json").read_text())
+    prompts = sum(json.loads(line)["prompt_tokens"] for line in out.read_text().splitlines())
+    assert s["prefix_cache_hit_tokens"] == 19 * 336                  # floor(341 / 16) = 21 blocks each
+    assert s["prefix_cache_hit_rate"] == 19 * 336 / prompts
+    bad = CliRunner().invoke(app, ["trace", "gen", "--preset", "alpaca", "--shared-prefix", "1024", "-o", str(out)])
+    assert bad.exit_code == 2 and "shared prefix must be 0..1023 tokens" in bad.output
