@@ -1,4 +1,6 @@
-"""KV-cache layout and kernel inputs built from allocator state (block ids per sequence).
+"""KV-cache layout and kernel inputs built from allocator state (block ids per sequence), including
+the one place a kvsim step plan (`kvsim.step.StepPlan`) becomes kernel inputs (`plan_writes`,
+`plan_decodes`, `copy_mapping`).
 
 Caches are NHD: `[num_blocks, block_size, kv_heads, head_dim]`, one tensor for K and one for V (as vLLM's
 Triton backends and nano-vllm). Block tables are int32 padded with -1; slot mappings are int64 with
@@ -8,7 +10,7 @@ Triton backends and nano-vllm). Block tables are int32 padded with -1; slot mapp
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -119,3 +121,48 @@ def gather_contiguous(cache: torch.Tensor, seq_lens: Sequence[int], tables: Sequ
         slots = torch.tensor(slots_for(ids, 0, n, bs), dtype=torch.int64, device=cache.device)
         out[i, :n] = flat[slots]
     return out
+
+
+# ---- a kvsim step plan as kernel inputs ------------------------------------------------------------
+
+def plan_writes(plan, seq_ids: Callable[[int], Sequence[int]], computed: Callable[[int], int]
+                ) -> list[tuple[int, int, int, bool]]:
+    """The K/V writes of one step as (seq, start, end, fresh) token ranges: each prefill chunk (into
+    the request's first sequence; samples fork from it), each swapped-in sequence's earlier tokens
+    (restored, not fresh), each decoding sequence's new token. `seq_ids(request)` are its sequences,
+    `computed(request)` its tokens computed once the step's chunk or token is in."""
+    writes = []
+    for r, chunk in plan.prefills:
+        end = computed(r)
+        writes.append((seq_ids(r)[0], end - chunk, end, True))
+    swapped_in = set(plan.swapped_in)
+    for r in plan.decodes:
+        kv = computed(r)
+        for seq in seq_ids(r):
+            if r in swapped_in:
+                writes.append((seq, 0, kv - 1, False))
+            writes.append((seq, kv - 1, kv, True))
+    return writes
+
+
+def writes_slot_mapping(writes: Sequence[tuple[int, int, int, bool]], tables: dict[int, Sequence[int]],
+                        block_size: int, device: str | torch.device) -> torch.Tensor:
+    """Slot mapping [T] int64 of `plan_writes`' tokens, in order, through the plan's block tables."""
+    return make_slot_mapping([(tables[seq], a, b) for seq, a, b, _ in writes], block_size, device)
+
+
+def plan_decodes(plan, seq_ids: Callable[[int], Sequence[int]], computed: Callable[[int], int],
+                 tables: dict[int, Sequence[int]], device: str | torch.device
+                 ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """(decoding sequences, block table [B, max_blocks] int32, context lengths [B] int32) of one step."""
+    seqs, lens = [], []
+    for r in plan.decodes:
+        for seq in seq_ids(r):
+            seqs.append(seq)
+            lens.append(computed(r))
+    return seqs, make_block_table([tables[s] for s in seqs], device), make_seq_lens(lens, device)
+
+
+def copy_mapping(pairs: Sequence[tuple[int, int]], device: str | torch.device) -> torch.Tensor:
+    """The plan's copy-on-write pairs as the `copy_blocks` mapping [P, 2] int64 (src, dst)."""
+    return torch.tensor(list(pairs), dtype=torch.int64, device=device).reshape(-1, 2)

@@ -1,59 +1,101 @@
 """Per-step and per-request records, and the run summary (keys of DESIGN.md's `--json`).
 
 Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
-snapshot is weighted by the step's duration.
+snapshot is weighted by the step's duration. The step log keeps one list per column and folds every
+`CHUNK` rows into running aggregates (all the summary needs), so a run's memory does not grow with its
+steps unless the rows are kept (`keep=True`, for `steps.csv` or the steps table) or handed to a sink.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable
 
 import numpy as np
-import pandas as pd
 
-from kvsim.alloc.base import MemoryStats
-from kvsim.scheduler import FINISHED, REJECTED, Scheduler, StepPlan
+from kvsim.request_state import FINISHED, REJECTED
 
 STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens",
                 "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
                 "external_fragmentation", "free", "unshared_blocks")
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+_MEMORY = STEP_COLUMNS[7:]
+_WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
+_FLOAT = ("time_s", "duration_s")
+CHUNK = 1 << 16       # rows folded into the aggregates at a time
 
 
 class StepLog:
-    """One tuple per engine step (cheap to append; turned into a DataFrame at the end)."""
+    """One row per engine step, appended from step plans (`record`). `keep`: keep every row (numpy
+    columns, `columns()`); `sink(columns)`: receives each chunk of rows (e.g. a CSV writer)."""
 
-    def __init__(self) -> None:
-        self.rows: list[tuple] = []
+    def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
+        self.keep, self.sink = keep, sink
+        self._cols: dict[str, list] = {c: [] for c in STEP_COLUMNS[1:]}
+        self._kept: list[dict[str, np.ndarray]] = []
+        self.num_steps = 0
+        self.end_s = 0.0                  # when the last step ended, s
+        self.total_s = 0.0                # sum of step durations, s
+        self.weighted = dict.fromkeys(_WEIGHTED, 0.0)   # sum of column x duration
+        self.sum_running = 0
+        self.max_running = 0
+        self.max_allocated = 0            # token_states + reserved + internal_fragmentation, slots
 
-    def record(self, now: float, duration: float, plan: StepPlan, waiting: int, mem: MemoryStats) -> None:
-        """Log the step that starts at `now` (s) and lasts `duration` (s), with its memory snapshot."""
-        self.record_steps((now,), (duration,), plan, (waiting,), (mem,))
+    def record(self, plan) -> None:
+        """Log the steps of `plan` (a `kvsim.step.StepPlan`: one row per entry of `plan.starts`)."""
+        cols, k = self._cols, len(plan.starts)
+        cols["time_s"].extend(plan.starts)
+        cols["duration_s"].extend(plan.durations)
+        cols["waiting"].extend(plan.waiting)
+        cols["running"].extend([plan.batch_requests] * k)
+        cols["prefill_tokens"].extend([plan.prefill_tokens] * k)
+        cols["decode_tokens"].extend([plan.decode_seqs] * k)
+        for name in _MEMORY:
+            cols[name].extend([getattr(m, name) for m in plan.memory])
+        while len(cols["time_s"]) >= CHUNK:
+            self._fold(CHUNK)
 
-    def record_steps(self, starts: Sequence[float], durations: Sequence[float], plan: StepPlan,
-                     waiting: Sequence[int], mems: Sequence[MemoryStats]) -> None:
-        """Log consecutive steps of the same batch shape (`plan`'s counts), one per start time."""
-        step, rows = len(self.rows), self.rows
-        batch, prefill, decode = plan.batch_requests, plan.prefill_tokens, plan.decode_seqs
-        for now, duration, w, mem in zip(starts, durations, waiting, mems):
-            rows.append((step, now, duration, batch, w, prefill, decode, mem.used_blocks, mem.free_blocks,
-                         mem.token_states, mem.reserved, mem.internal_fragmentation,
-                         mem.external_fragmentation, mem.free, mem.unshared_blocks))
-            step += 1
+    def _fold(self, rows: int | None = None) -> None:
+        """Fold the first `rows` buffered rows (all by default) into the aggregates, keep them or hand
+        them on, and drop them from the buffer. Chunks are always `CHUNK` rows (the last one fewer),
+        so the sums are the same however the rows were recorded (one step or a window at a time)."""
+        cols = self._cols
+        rows = len(cols["time_s"]) if rows is None else rows
+        if not rows:
+            return
+        chunk = {"step": np.arange(self.num_steps, self.num_steps + rows, dtype=np.int64)}
+        for name, values in cols.items():
+            chunk[name] = np.array(values[:rows], np.float64 if name in _FLOAT else np.int64)
+            del values[:rows]
+        w = chunk["duration_s"]
+        self.num_steps += rows
+        self.end_s = float(chunk["time_s"][-1] + w[-1])
+        self.total_s += float(w.sum())
+        for name in _WEIGHTED:
+            self.weighted[name] += float((chunk[name] * w).sum())
+        self.sum_running += int(chunk["running"].sum())
+        self.max_running = max(self.max_running, int(chunk["running"].max()))
+        allocated = chunk["token_states"] + chunk["reserved"] + chunk["internal_fragmentation"]
+        self.max_allocated = max(self.max_allocated, int(allocated.max()))
+        if self.sink is not None:
+            self.sink(chunk)
+        if self.keep:
+            self._kept.append(chunk)
 
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame.from_records(self.rows, columns=STEP_COLUMNS)
+    def close(self) -> None:
+        """Fold the last rows (call once the run has ended)."""
+        self._fold()
 
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every kept row as numpy columns (`STEP_COLUMNS`)."""
+        if not self.keep:
+            raise ValueError("this step log kept no rows (keep=False)")
+        self._fold()
+        return {c: np.concatenate([k[c] for k in self._kept]) if self._kept else
+                np.zeros(0, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS}
 
-def requests_frame(sched: Scheduler, trace) -> pd.DataFrame:
-    """One row per request: times in seconds from trace start, status finished|rejected|unfinished."""
-    ids = [trace.request_id(i) for i in range(len(trace))]
-    return pd.DataFrame({
-        "id": ids, "arrival_s": trace.arrival_s, "admitted_s": sched.admitted_s,
-        "first_token_s": sched.first_token_s, "finished_s": sched.finished_s,
-        "prompt_tokens": trace.prompt_tokens, "output_tokens": trace.output_tokens,
-        "n": sched.n, "preemptions": sched.preemptions, "status": sched.status, "reason": sched.reason,
-    })
+    def time_average(self, name: str) -> float:
+        """Duration-weighted mean of column `name` over the run."""
+        return self.weighted[name] / self.total_s if self.total_s else 0.0
 
 
 def _quantiles(values: np.ndarray) -> dict:
@@ -63,47 +105,45 @@ def _quantiles(values: np.ndarray) -> dict:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, sched: Scheduler, capacity_tokens: int,
+def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_tokens: int,
               block_size: int, num_blocks: int, sim_wall_s: float) -> dict:
-    """The run summary: throughput, latency quantiles, batch sizes, preemptions, memory breakdown."""
-    done = requests[requests.status == FINISHED]
-    duration = float(steps.time_s.iloc[-1] + steps.duration_s.iloc[-1]) if len(steps) else 0.0
-    out_tokens = float((done.output_tokens * done.n).sum())
-    e2e = (done.finished_s - done.arrival_s).to_numpy()
-    ttft = (done.first_token_s - done.arrival_s).to_numpy()
-    multi = done[done.output_tokens > 1]
-    tpot = ((multi.finished_s - multi.first_token_s) / (multi.output_tokens - 1)).to_numpy()
-    weights = steps.duration_s.to_numpy()
-    total_w = weights.sum()
-
-    def time_avg(column) -> float:
-        return float((steps[column].to_numpy() * weights).sum() / total_w) if total_w else 0.0
-
-    fractions = {c: time_avg(c) / capacity_tokens for c in CATEGORIES}
-    allocated = steps.token_states + steps.reserved + steps.internal_fragmentation
-    unshared = time_avg("unshared_blocks")
-    saved = unshared - time_avg("used_blocks")
+    """The run summary: throughput, latency quantiles, batch sizes, preemptions, memory breakdown.
+    `requests`: per-request numpy columns (`arrival_s` and the scheduler's `request_columns()`)."""
+    steps.close()
+    status = requests["status"]
+    done = status == FINISHED
+    arrival, first, finished = requests["arrival_s"][done], requests["first_token_s"][done], requests["finished_s"][done]
+    output = requests["output_tokens"][done]
+    duration = steps.end_s
+    out_tokens = float((output * requests["n"][done]).sum())
+    e2e, ttft = finished - arrival, first - arrival
+    multi = output > 1
+    tpot = (finished[multi] - first[multi]) / (output[multi] - 1)
+    fractions = {c: steps.time_average(c) / capacity_tokens for c in CATEGORIES}
+    unshared = steps.time_average("unshared_blocks")
+    saved = unshared - steps.time_average("used_blocks")
+    num_steps, num_done = steps.num_steps, int(done.sum())
     return {
-        "requests_total": int(len(requests)),
-        "requests_finished": int(len(done)),
-        "requests_rejected": int((requests.status == REJECTED).sum()),
+        "requests_total": int(len(status)),
+        "requests_finished": num_done,
+        "requests_rejected": int((status == REJECTED).sum()),
         "duration_s": duration,
-        "throughput_rps": len(done) / duration if duration else 0.0,
+        "throughput_rps": num_done / duration if duration else 0.0,
         "throughput_tokens_per_s": out_tokens / duration if duration else 0.0,
-        "mean_batch_size": float(steps.running.mean()) if len(steps) else 0.0,
-        "max_batch_size": int(steps.running.max()) if len(steps) else 0,
-        "normalized_latency_s_per_token": float((e2e / done.output_tokens.to_numpy()).mean()) if len(done) else None,
+        "mean_batch_size": steps.sum_running / num_steps if num_steps else 0.0,
+        "max_batch_size": steps.max_running,
+        "normalized_latency_s_per_token": float((e2e / output).mean()) if num_done else None,
         "ttft_s": _quantiles(ttft), "tpot_s": _quantiles(tpot), "e2e_s": _quantiles(e2e),
         "preemptions": int(sched.num_preemptions),
         "kv": {
             "capacity_tokens": int(capacity_tokens), "block_size": int(block_size),
             "num_blocks": int(num_blocks), "mean_fraction": fractions,
-            "peak_allocated_fraction": float(allocated.max() / capacity_tokens) if len(steps) else 0.0,
+            "peak_allocated_fraction": steps.max_allocated / capacity_tokens if num_steps else 0.0,
             "sharing_saved_fraction": saved / unshared if unshared > 0 else 0.0,
         },
         "prefix_cache_hit_tokens": int(sched.prefix_hit_tokens),
         "prefix_cache_hit_rate": (sched.prefix_hit_tokens / sched.admitted_prompt_tokens
                                   if sched.admitted_prompt_tokens else 0.0),
         "sim_wall_s": sim_wall_s,
-        "engine_steps": int(len(steps)),
+        "engine_steps": num_steps,
     }

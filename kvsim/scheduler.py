@@ -2,8 +2,10 @@
 
 `Scheduler.schedule(now)` decides one engine step and does its memory bookkeeping at once: decode
 slots for every running sequence (preempting the most recently admitted request when a block is
-missing), swap-ins, then FCFS admission of waiting requests. `Scheduler.finish(plan, now)` emits the
-step's tokens and retires finished requests. Units: tokens (KV slots) and seconds.
+missing), swap-ins, then FCFS admission of waiting requests; every allocator call it makes is written
+into the returned `StepPlan`. `Scheduler.finish(plan, now)` emits the step's tokens and retires
+finished requests. `kvsim.step` drives the two for the engine and the harness. Only the scheduler
+calls the allocator; everyone else asks the scheduler. Units: tokens (KV slots) and seconds.
 
 A request with prompt P and M outputs takes one prefill (which emits its first token) and M - 1
 decode steps; it holds P + g KV slots after emitting g tokens (g >= 1) and peaks at P + M - 1.
@@ -12,103 +14,13 @@ Parallel samples (`n`, and `beam_width` approximated as samples) share the promp
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from kvsim.alloc.base import Allocator
-from kvsim.trace import Trace
-
-if TYPE_CHECKING:
-    from kvsim.config import SchedulerConfig
-
-FINISHED, REJECTED, PENDING = "finished", "rejected", "unfinished"
+from kvsim.alloc.base import MemoryStats
+from kvsim.request_state import SchedulerBase
+from kvsim.step import StepPlan
 
 
-@dataclass(slots=True)
-class StepPlan:
-    """What one engine step computes: prefill chunks, decode tokens and swap traffic (tokens)."""
-
-    prefills: list[tuple[int, int]] = field(default_factory=list)  # (request, tokens computed)
-    prefill_tokens: int = 0
-    prefill_attn_tokens: int = 0      # sum of chunk x context-after-chunk
-    decodes: list[int] = field(default_factory=list)                # requests decoding
-    decode_seqs: int = 0
-    decode_context_tokens: int = 0
-    swap_tokens: int = 0              # KV slots moved over PCIe this step (either way)
-    batch_requests: int = 0
-
-
-class Scheduler:
+class Scheduler(SchedulerBase):
     """FCFS continuous batching of a trace's requests over one allocator."""
-
-    def __init__(self, trace: Trace, allocator: Allocator, config: SchedulerConfig,
-                 max_seq_len: int, swap_tokens: int = 0, block_ids=None):
-        """`swap_tokens`: CPU swap space in KV slots; `block_ids(i)`: prompt block content ids for
-        prefix caching (None without)."""
-        self.alloc, self.cfg, self.max_seq_len = allocator, config, max_seq_len
-        self.swap_tokens = swap_tokens
-        self.prompt = trace.prompt_tokens.tolist()
-        self.output = trace.output_tokens.tolist()
-        self.n = [max(a, b) for a, b in zip(trace.n.tolist(), trace.beam_width.tolist())]
-        self.block_ids = block_ids          # callable(i) -> prompt block content ids, or None
-        num = len(self.prompt)
-        self.stride = max(self.n, default=1)
-        self.generated = [0] * num
-        self.prefill_left = [0] * num       # prompt tokens still to compute (chunked prefill)
-        self.kv_len = [0] * num             # KV slots each of the request's sequences holds
-        self.preemptions = [0] * num
-        self.admitted_s = [float("nan")] * num
-        self.first_token_s = [float("nan")] * num
-        self.finished_s = [float("nan")] * num
-        self.status = [PENDING] * num
-        self.reason = [""] * num
-        self.waiting: deque[int] = deque()
-        self.swapped: deque[int] = deque()
-        self.running: list[int] = []        # admission order; the last is preempted first
-        self.running_seqs = 0               # sequences of the running requests
-        self.swap_used = 0
-        self.num_preemptions = 0
-        self.prefix_hit_tokens = 0          # cached prompt tokens at first admissions
-        self.admitted_prompt_tokens = 0     # prompt tokens of requests admitted at least once
-        self.num_finished = self.num_rejected = 0
-
-    # -- arrivals -------------------------------------------------------------------------------
-    def add(self, i: int, now: float) -> None:
-        """Queue request `i` (arrived at `now`), or reject it if it can never be served."""
-        reason = self.never_served(i)
-        if reason:
-            self._reject(i, now, reason)
-        else:
-            self.waiting.append(i)
-
-    def never_served(self, i: int) -> str:
-        """Why request `i` can never be served here (rejected on arrival), or "" when it can."""
-        p, m = self.prompt[i], self.output[i]
-        reason = ""
-        if p + m > self.max_seq_len:
-            reason = f"prompt + output = {p + m} tokens exceeds the model's maximum length {self.max_seq_len}"
-        elif not self.cfg.chunked_prefill and p > self.cfg.max_batched_tokens:
-            reason = f"prompt of {p} tokens exceeds max_batched_tokens {self.cfg.max_batched_tokens}"
-        elif self.n[i] > self.cfg.max_num_seqs:
-            reason = f"{self.n[i]} samples exceed max_num_seqs {self.cfg.max_num_seqs}"
-        elif self._peak_slots(i) > self.alloc.capacity_tokens:
-            reason = (f"needs {self._peak_slots(i)} KV slots at its peak, more than the whole cache "
-                      f"({self.alloc.capacity_tokens})")
-        return reason
-
-    def _reject(self, i: int, now: float, reason: str) -> None:
-        self.status[i], self.reason[i], self.finished_s[i] = REJECTED, reason, now
-        self.num_rejected += 1
-
-    def _peak_slots(self, i: int) -> int:
-        """KV slots request `i` holds at its peak, all samples together (what the allocator shares
-        counted once; contiguous: each sample's whole reservation, placement padding included)."""
-        return self.alloc.peak_slots(self.prompt[i], self.prompt[i] + self.output[i] - 1, self.n[i])
-
-    def done(self) -> bool:
-        """True when nothing is waiting, running or swapped out."""
-        return not (self.waiting or self.running or self.swapped)
 
     # -- one step ---------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
@@ -139,7 +51,7 @@ class Scheduler:
         ids = self._decoding_seq_ids(decoding)
         preempted, done = False, 0
         while True:
-            done += self.alloc.append_each(ids, done)
+            done += self.alloc.append_each(ids, done, plan.copies)
             if done == len(ids):
                 break
             preempted = True                         # the most recently admitted request goes
@@ -160,8 +72,9 @@ class Scheduler:
 
     def steady_decodes(self) -> tuple[list[int], int, int] | None:
         """When every running request is decoding under continuous batching and nothing is swapped
-        out: (decoding sequence ids in `_grow_running` order, steps before a request's last token,
-        context tokens held now); else None. The engine may then run steps at once (`advance`)."""
+        out: (decoding sequence ids in `_grow_running` order, steps that can run at once before a
+        request's last token or the free memory runs out, context tokens held now); else None. The
+        stepper may then run up to that many steps at once (`advance`)."""
         if self.swapped or not self.running:
             return None
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
@@ -170,7 +83,8 @@ class Scheduler:
         steps = min(output[i] - generated[i] for i in running) - 1
         n, kv_len = self.n, self.kv_len
         context = sum(kv_len[i] * n[i] for i in running)
-        return self._decoding_seq_ids(running), steps, context
+        ids = self._decoding_seq_ids(running)
+        return ids, self.alloc.decode_window(ids, steps), context
 
     def _decoding_seq_ids(self, decoding: list[int]) -> list[int]:
         """Sequence ids of the running requests `decoding`, in order (one per sample)."""
@@ -180,13 +94,15 @@ class Scheduler:
         n = self.n
         return [s for i in decoding for s in range(i * stride, i * stride + n[i])]
 
-    def advance(self, steps: int) -> None:
-        """`steps` decode steps of every running request at once, none of them its last (the
-        allocator's `append_steps` has grown the sequences)."""
+    def advance(self, seq_ids: list[int], steps: int) -> list[MemoryStats]:
+        """`steps` decode steps of every running request at once, none of them its last, within what
+        `steady_decodes` allowed (`seq_ids` as it returned them); the memory during each step."""
+        mems = self.alloc.append_steps(seq_ids, steps, *self.head_of_queue())
         kv_len, generated = self.kv_len, self.generated
         for i in self.running:
             kv_len[i] += steps
             generated[i] += steps
+        return mems
 
     def _continue_prefills(self, plan: StepPlan, budget: int) -> tuple[int, bool]:
         """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished; a chunk's
@@ -208,7 +124,7 @@ class Scheduler:
                         break
                 if i not in self.running:
                     break
-                self.alloc.append(seq, chunk)
+                plan.copies.extend(self.alloc.append(seq, chunk))
             budget -= self._prefill_chunk(i, plan, budget)
         return budget, preempted
 
@@ -252,6 +168,8 @@ class Scheduler:
             cached = alloc.allocate(seqs[0], need, final, ids, hold)
             if not self._fork_samples(seqs):
                 break
+            plan.allocated.append((seqs[0], cached))
+            plan.forked.extend((seqs[0], s) for s in seqs[1:])
             self.waiting.popleft()
             self.kv_len[i], self.prefill_left[i] = need, need - cached
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
@@ -281,11 +199,14 @@ class Scheduler:
             self.alloc.free(s)
         self.preemptions[i] += 1
         self.num_preemptions += 1
+        plan.preempted.append(i)
+        plan.freed.extend(self.seq_ids(i))
         tokens = self.kv_len[i] * self.n[i]
         if (self.cfg.preemption == "swap" and not self.prefill_left[i]
                 and self.swap_used + tokens <= self.swap_tokens):
             self.swap_used += tokens
             plan.swap_tokens += tokens
+            plan.swapped_out.append(i)
             self.swapped.append(i)
         else:
             self.prefill_left[i] = 0
@@ -308,6 +229,8 @@ class Scheduler:
                     self.alloc.free(s)
                 break
             self.swapped.popleft()
+            plan.allocated.extend((s, 0) for s in seqs)
+            plan.swapped_in.append(i)
             self.swap_used -= kv * len(seqs)
             plan.swap_tokens += kv * len(seqs)
             self.kv_len[i] = kv + 1
@@ -316,50 +239,3 @@ class Scheduler:
             plan.decodes.append(i)
             plan.decode_seqs += len(seqs)
             plan.decode_context_tokens += (kv + 1) * len(seqs)
-
-    # -- after the step -------------------------------------------------------------------------
-    def finish(self, plan: StepPlan, now: float) -> None:
-        """Emit the step's tokens at time `now` and retire finished requests."""
-        self._retire(self._emit(plan, now), now)
-
-    def _emit(self, plan: StepPlan, now: float) -> list[int]:
-        """Count the step's tokens (first tokens stamped at `now`); returns requests now complete."""
-        done = []
-        for i, _ in plan.prefills:
-            if self.prefill_left[i] == 0:
-                done.append(i)
-                if self.first_token_s[i] != self.first_token_s[i]:
-                    self.first_token_s[i] = now
-        done.extend(plan.decodes)
-        retire = []
-        for i in done:
-            g = self.generated[i] = self.generated[i] + 1
-            if g == self.output[i]:
-                retire.append(i)
-        return retire
-
-    def _retire(self, retire: list[int], now: float) -> None:
-        """Free finished requests in batch order (vLLM's order: it decides which freed blocks the
-        prefix cache evicts first)."""
-        if len(retire) > 1:
-            done = set(retire)
-            retire = [i for i in self.running if i in done]
-        for i in retire:
-            self.running.remove(i)
-            self.running_seqs -= self.n[i]
-            for s in self.seq_ids(i):
-                self.alloc.free(s)
-            self.status[i], self.finished_s[i] = FINISHED, now
-            self.num_finished += 1
-
-    # -- helpers --------------------------------------------------------------------------------
-    def seq_ids(self, i: int) -> range:
-        """Sequence ids of request `i` (one per sample), as the allocator knows them."""
-        return range(i * self.stride, i * self.stride + self.n[i])
-
-    def head_of_queue(self) -> tuple[int, int]:
-        """(tokens needed now, peak tokens) of the request waiting first; (0, 0) when none."""
-        if not self.waiting:
-            return 0, 0
-        i = self.waiting[0]
-        return self.prompt[i] + self.generated[i], self.prompt[i] + self.output[i] - 1

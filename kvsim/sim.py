@@ -5,39 +5,70 @@ the records. The command line and the Python API both come through `simulate`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
+import numpy as np
 
 from kvsim.config import SimConfig, build_run
 from kvsim.engine import Engine
-from kvsim.metrics import StepLog, requests_frame, summarize
+from kvsim.metrics import StepLog, summarize
 from kvsim.trace import Trace
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-@dataclass(slots=True)
+
 class SimResult:
-    """The summary dict (DESIGN.md keys) and the per-request and per-step tables."""
+    """The summary dict (DESIGN.md keys) and the per-request and per-step records: numpy columns
+    (`request_columns`, `step_columns`), or pandas tables built on first use (`requests`, `steps`)."""
 
-    summary: dict
-    requests: pd.DataFrame
-    steps: pd.DataFrame
+    def __init__(self, summary: dict, request_columns: dict[str, np.ndarray], log: StepLog):
+        self.summary, self.request_columns, self._log = summary, request_columns, log
+        self._requests: pd.DataFrame | None = None
+        self._steps: pd.DataFrame | None = None
+
+    @property
+    def step_columns(self) -> dict[str, np.ndarray]:
+        """One array per `kvsim.metrics.STEP_COLUMNS` entry (raises when the run kept no steps)."""
+        return self._log.columns()
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request: times in seconds from trace start, status finished|rejected|unfinished."""
+        if self._requests is None:
+            import pandas as pd
+            self._requests = pd.DataFrame(self.request_columns)
+        return self._requests
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per engine step (`kvsim.metrics.STEP_COLUMNS`)."""
+        if self._steps is None:
+            import pandas as pd
+            self._steps = pd.DataFrame(self.step_columns)
+        return self._steps
 
 
 def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | None = None,
-             cost=None, fast_forward: bool = True) -> SimResult:
+             cost=None, fast_forward: bool = True, keep_steps: bool = True, step_sink=None) -> SimResult:
     """Run `trace` through the configured deployment; deterministic for a given trace and config.
     `cost` replaces the configured cost model (golden tests pass a `ConstantCost`);
-    `fast_forward=False` steps one at a time (the same results, slower; see kvsim/engine.py)."""
+    `fast_forward=False` steps one at a time (the same results, slower; see kvsim/step.py);
+    `keep_steps=False` keeps no per-step rows (memory bounded by the requests, not the steps);
+    `step_sink(columns)` receives the step rows in chunks as they come (e.g. to stream steps.csv)."""
     parts = build_run(trace, cfg)
-    log = StepLog()
+    log = StepLog(keep=keep_steps, sink=step_sink)
     start = time.perf_counter()
     Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
            fast_forward=fast_forward).run()
     wall = time.perf_counter() - start
-    steps = log.frame()
-    requests = requests_frame(parts.scheduler, trace)
-    summary = summarize(requests, steps, parts.scheduler, parts.capacity_tokens, parts.block_size,
+    columns = {"id": _ids(trace), "arrival_s": np.asarray(trace.arrival_s),
+               **parts.scheduler.request_columns()}
+    summary = summarize(columns, log, parts.scheduler, parts.capacity_tokens, parts.block_size,
                         parts.capacity_tokens // parts.block_size, wall)
-    return SimResult(summary, requests, steps)
+    return SimResult(summary, columns, log)
+
+
+def _ids(trace: Trace) -> np.ndarray:
+    """Request ids as strings (the trace's own, else the line number)."""
+    return np.array([trace.request_id(i) for i in range(len(trace))], dtype=object)

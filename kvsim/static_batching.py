@@ -4,7 +4,8 @@ its longest one ends (finished requests stay in the batch as padding). Plain Pyt
 
 from __future__ import annotations
 
-from kvsim.scheduler import Scheduler, StepPlan
+from kvsim.scheduler import Scheduler
+from kvsim.step import StepPlan
 
 
 class StaticScheduler(Scheduler):
@@ -28,7 +29,7 @@ class StaticScheduler(Scheduler):
             n = self.n[i]
             if self.generated[i] < self.output[i]:
                 for s in self.seq_ids(i):
-                    self.alloc.append(s)
+                    plan.copies.extend(self.alloc.append(s))
                 self.kv_len[i] += 1
                 plan.decodes.append(i)
             plan.decode_seqs += n               # finished requests still occupy their batch slot
@@ -40,7 +41,8 @@ class StaticScheduler(Scheduler):
         """Emit the step's tokens; retire the whole batch once its longest request is done."""
         self._emit(plan, now)
         if all(self.generated[i] >= self.output[i] for i in self.running):
-            self._retire(list(self.running), now)
+            plan.finished = list(self.running)
+            self._retire(plan.finished, now)
 
     def steady_decodes(self) -> None:
         """Never: the engine steps a static batch one step at a time."""

@@ -44,7 +44,8 @@ class MemoryStats:
 
 
 class Allocator(Protocol):
-    """What the scheduler, the checks and the GPU harness call."""
+    """What an allocator's user (the scheduler; tests and checks) calls. Only the scheduler calls an
+    allocator during a run; the engine, metrics and the GPU harness ask the scheduler."""
 
     block_size: int          # slots per block (contiguous: 1)
     capacity_tokens: int     # total slots
@@ -69,24 +70,16 @@ class Allocator(Protocol):
         already holds (0 without prefix caching)."""
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        """Whether `seq_id` can grow by `num_tokens` slots now."""
+        """Whether `seq_id` can grow by `num_tokens` slots now (a chunked prefill's next chunk)."""
 
     def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
-        """Grow `seq_id` by `num_tokens` slots; returns the (src, dst) block copies that
-        copy-on-write needs (empty when nothing shared was written into)."""
+        """Grow `seq_id` by `num_tokens` slots (it must fit); returns the (src, dst) block copies
+        that copy-on-write needs (empty when nothing shared was written into)."""
 
     def append_each(self, seq_ids: Sequence[int], start: int = 0,
                     copies: list[tuple[int, int]] | None = None) -> int:
-        """`can_append` + `append` of one slot for each of `seq_ids[start:]` in order, stopping before
-        the first that cannot grow; returns how many grew; copy-on-write pairs go to `copies`."""
-
-    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
-        """How many steps (<= `max_steps`) of `append_each(seq_ids)` can run at once through
-        `append_steps`: all succeed, nothing is copied, no sequence passes its final length."""
-
-    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
-                     head_final_tokens: int = 0) -> list[MemoryStats]:
-        """Run `steps` steps of `append_each(seq_ids)`; returns `stats(head_*)` after each step."""
+        """One slot for each of `seq_ids[start:]` in order, stopping before the first that cannot
+        grow; returns how many grew; copy-on-write pairs go to `copies` (the batched decode)."""
 
     def can_fork(self, parent_id: int) -> bool:
         """Whether `fork(parent_id, ...)` would succeed now."""
@@ -97,12 +90,19 @@ class Allocator(Protocol):
     def free(self, seq_id: int) -> None:
         """Release everything `seq_id` holds."""
 
-    def num_tokens(self, seq_id: int) -> int:
-        """Slots `seq_id` holds written (its current length)."""
-
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """The memory breakdown now; `head_*` describe the request waiting at the head of the queue
         (0 when none), so free space too fragmented to admit it counts as external fragmentation."""
 
     def check_invariants(self) -> None:
         """Assert the allocator's internal consistency (tests and `--check` runs)."""
+
+    # the fast-forward (kvsim/step.py windows): many decode steps of a steady batch in one call
+
+    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
+        """How many steps (<= `max_steps`) of `append_each(seq_ids)` can run at once through
+        `append_steps`: all succeed, nothing is copied, no sequence passes its final length."""
+
+    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
+                     head_final_tokens: int = 0) -> list[MemoryStats]:
+        """Run `steps` steps of `append_each(seq_ids)`; returns `stats(head_*)` during each step."""

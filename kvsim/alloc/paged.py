@@ -29,8 +29,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats
-from .prefix import PrefixCache, chain_hashes, unique_hashes
+from .base import AllocationError
+from .paged_stats import PagedStats
+from .paged_window import PagedWindows
+from .prefix import PrefixCache, unique_hashes
 
 
 @dataclass(slots=True)
@@ -46,9 +48,11 @@ class _Seq:
     salt: int = 0
 
 
-class PagedAllocator:
+class PagedAllocator(PagedStats, PagedWindows):
     """Blocks of `block_size` slots taken from a free list exactly when a sequence's length crosses a
-    block boundary; `fork` shares blocks, appending into a shared partly filled block copies it."""
+    block boundary; `fork` shares blocks, appending into a shared partly filled block copies it.
+    Queries, memory accounting and checks are in `paged_stats.py`, the fast-forward in
+    `paged_window.py`."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
         if num_blocks < 1 or block_size < 1:
@@ -67,71 +71,13 @@ class PagedAllocator:
         self._excess = 0
         self._shared_partial = 0
         self._chained: tuple[object, list[int]] = ((), [])   # last content ids -> their chained hashes
-
-    # ---- queries -------------------------------------------------------------------------------
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks a sequence can take now: plain free plus evictable cached blocks."""
-        cache = self._cache
-        return (self.num_blocks - self._top + len(self._free)
-                + (cache.num_evictable if cache is not None else 0))
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """A copy of `seq_id`'s block ids, in token order."""
-        return list(self._seq(seq_id).table)
-
-    def num_tokens(self, seq_id: int) -> int:
-        """Slots `seq_id` holds written."""
-        return self._seq(seq_id).tokens
-
-    def _seq(self, seq_id: int) -> _Seq:
-        try:
-            return self._seqs[seq_id]
-        except KeyError:
-            raise AllocationError(f"unknown sequence id {seq_id}") from None
-
     # ---- allocate / fork / free ----------------------------------------------------------------
-
-    def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
-        """Slots `num_seqs` sequences forked from one of `num_tokens` hold at `final_tokens` each:
-        the full blocks of the first `num_tokens` once (shared), the rest of each sequence's blocks."""
-        bs = self.block_size
-        shared = num_tokens // bs * bs
-        return shared + num_seqs * (-(-max(final_tokens, num_tokens) // bs) * bs - shared)
-
-    def _prefix(self, num_tokens: int, block_hashes: Sequence[int], salt: int) -> tuple[list[int], list[int]]:
-        """(chained hashes of the shareable content ids, cache hits) for a sequence of `num_tokens` slots:
-        the longest cached run of its full blocks' hashes (shareable ones, then its own by `salt`), at
-        most floor((num_tokens - 1) / block_size) blocks (the last token is always computed)."""
-        if self._cache is None:
-            return [], []
-        if block_hashes is not self._chained[0]:
-            self._chained = (block_hashes, chain_hashes(block_hashes) if len(block_hashes) else [])
-        hashes = self._chained[1]
-        max_hits = (num_tokens - 1) // self.block_size
-        hits = self._cache.lookup(hashes, max_hits)
-        if len(hits) == len(hashes) < max_hits:   # past the shareable blocks: its own earlier blocks
-            hits += self._cache.lookup(unique_hashes(salt, len(hashes), max_hits), max_hits - len(hashes))
-        return hashes, hits
-
-    def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int) -> tuple[int, int]:
-        """(cached tokens, free blocks needed) to allocate a sequence of `num_tokens` slots now: a hit
-        on an evictable block takes it out of the free blocks too (vLLM counts it the same way)."""
-        _, hits = self._prefix(num_tokens, block_hashes, salt)
-        evictable = sum(self._cache.is_evictable(b) for b in hits) if hits else 0
-        return len(hits) * self.block_size, -(-num_tokens // self.block_size) - len(hits) + evictable
 
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
                      seq_id: int = 0) -> bool:
         """Whether a sequence of `num_tokens` slots fits now, its prefix-cache hits counted (the blocks
         it misses plus the evictable blocks it hits must be free). `seq_id`: the id it will have."""
         return self._hits_cost(num_tokens, block_hashes, seq_id)[1] <= self.num_free_blocks
-
-    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
-        """Leading tokens of a sequence of `num_tokens` slots the prefix cache holds now (whole
-        blocks, at most floor((num_tokens - 1) / block_size) of them). Changes nothing."""
-        return self._hits_cost(num_tokens, block_hashes, seq_id)[0]
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
                  block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
@@ -339,146 +285,3 @@ class PagedAllocator:
         if self._cache is not None and new_tokens // bs > tokens // bs:
             self._register(seq, tokens // bs, new_tokens // bs)
         return copies
-
-    # ---- many decode steps at once (the engine's fast-forward) -----------------------------------
-
-    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
-        """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once:
-        while the free blocks last, with no copy-on-write, no prefix block filled and no sequence
-        passing its final length. 0 while a partly filled block is shared."""
-        if self._shared_partial or max_steps < 1:
-            return 0
-        bs, seqs = self.block_size, self._seqs
-        tokens, held = [], 0
-        steps = max_steps
-        for seq_id in seq_ids:
-            seq = seqs[seq_id]
-            if seq.tokens // bs < len(seq.hashes):
-                return 0
-            steps = min(steps, seq.final - seq.tokens)
-            tokens.append(seq.tokens)
-            held += len(seq.table)
-        free = self.num_free_blocks
-
-        def fits(k: int) -> bool:
-            return sum((t + k + bs - 1) // bs for t in tokens) - held <= free
-
-        if steps < 1 or fits(steps):
-            return max(steps, 0)
-        lo, hi = 0, steps                  # fits(lo), not fits(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
-
-    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
-                     head_final_tokens: int = 0) -> list[MemoryStats]:
-        """`steps` steps of `append_each(seq_ids)` (blocks taken in the same order), within what
-        `decode_window` allowed; returns `stats()` after each step."""
-        bs = self.block_size
-        seqs = [self._seqs[s] for s in seq_ids]
-        crossing: list[list[_Seq]] = [[] for _ in range(steps)]   # step -> sequences needing a block
-        for seq in seqs:
-            for j in range(len(seq.table) * bs - seq.tokens, steps, bs):
-                crossing[j].append(seq)
-        snapshots = []
-        for j in range(steps):
-            for seq in crossing[j]:
-                held = len(seq.table) * bs
-                seq.table.append(self._take())
-                self._sum_reach += min(seq.final, held + bs) - min(seq.final, held)
-            self._sum_blocks += len(crossing[j])
-            self._sum_tokens += len(seqs)
-            snapshots.append(self.stats())
-        cache = self._cache
-        for seq in seqs:
-            if cache is not None and (seq.tokens + steps) // bs > seq.tokens // bs:
-                self._register(seq, seq.tokens // bs, (seq.tokens + steps) // bs)   # order-free
-            seq.tokens += steps
-        return snapshots
-
-    # ---- accounting ----------------------------------------------------------------------------
-
-    def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
-        """Memory breakdown in token slots, shared blocks counted once; O(1) unless a partly filled
-        block is shared (then O(live sequences)). Paged memory has no external fragmentation, so `head_*` is unused."""
-        bs = self.block_size
-        num_cached = self._cache.num_evictable if self._cache is not None else 0
-        num_free = self.num_blocks - self._top + len(self._free) + num_cached
-        used = self.num_blocks - num_free
-        if not self._shared_partial:
-            tokens, reach = self._sum_tokens - self._excess, self._sum_reach - self._excess
-        else:
-            tokens, reach = self._shared_sums(used)
-        return MemoryStats(
-            capacity_tokens=self.capacity_tokens, token_states=tokens, reserved=reach - tokens,
-            internal_fragmentation=used * bs - reach, external_fragmentation=0, free=num_free * bs,
-            used_blocks=used, free_blocks=num_free, unshared_blocks=self._sum_blocks,
-            cached_blocks=num_cached)
-
-    def _shared_sums(self, used: int) -> tuple[int, int]:
-        """(written slots, reached slots) over distinct used blocks. Only last blocks are partly
-        filled; a shared one counts once, reached as far as its furthest-reaching holder."""
-        bs = self.block_size
-        partial: dict[int, tuple[int, int]] = {}   # block -> (fill, reach within block)
-        for seq in self._seqs.values():
-            allocated = len(seq.table) * bs
-            if seq.tokens < allocated:
-                base = allocated - bs
-                reach = min(seq.final, allocated) - base
-                block = seq.table[-1]
-                if block not in partial or reach > partial[block][1]:
-                    partial[block] = (seq.tokens - base, reach)
-        unwritten = sum(bs - fill for fill, _ in partial.values())
-        unreached = sum(bs - reach for _, reach in partial.values())
-        return used * bs - unwritten, used * bs - unreached
-
-    def check_invariants(self) -> None:
-        """Assert the module's invariants and recompute `stats()` slot by slot (slow; tests only)."""
-        bs = self.block_size
-        free = set(self._free)
-        assert len(free) == len(self._free), "a block appears twice in the free list"
-        evictable = set(self._cache.evictable_blocks()) if self._cache is not None else set()
-        assert len(self._ref) == self._top <= self.num_blocks, "high-water mark and reference counts disagree"
-        assert all(b < self._top for b in free), "a released block lies above the high-water mark"
-        counts = [0] * self._top
-        holders: dict[int, set[tuple[int, int]]] = {}    # block -> {(index, fill)}
-        reach_of: dict[int, int] = {}                      # block -> furthest slot a holder will fill in it
-        for seq_id, seq in self._seqs.items():
-            tokens, final, table = seq.tokens, seq.final, seq.table
-            assert len(table) == -(-tokens // bs), f"seq {seq_id}: {len(table)} blocks for {tokens} tokens"
-            assert tokens <= final, f"seq {seq_id}: {tokens} tokens past its final {final}"
-            for k, block in enumerate(table):
-                counts[block] += 1
-                holders.setdefault(block, set()).add((k, min(bs, tokens - k * bs)))
-                reach = min(bs, min(final, len(table) * bs) - k * bs)
-                reach_of[block] = max(reach_of.get(block, 0), reach)
-        assert counts == self._ref, "reference counts differ from the number of tables holding blocks"
-        used = {b for b in range(self._top) if counts[b]}
-        assert not used & free and not used & evictable and not free & evictable, "block sets overlap"
-        assert len(used) + len(free) + len(evictable) == self._top, "a block is lost"
-        for block, positions in holders.items():
-            assert len(positions) == 1, f"block {block} held at different (index, fill): {positions}"
-        if self._cache is not None:
-            self._cache.check(self._ref)
-            for block in used:
-                if self._cache.cached_hash(block) is not None:
-                    assert next(iter(holders[block]))[1] == bs, f"cached block {block} is not full"
-        seqs = self._seqs.values()
-        assert self._sum_tokens == sum(s.tokens for s in seqs), "token counter drifted"
-        assert self._sum_blocks == sum(len(s.table) for s in seqs), "block counter drifted"
-        assert self._sum_reach == sum(min(s.final, len(s.table) * bs) for s in seqs), "reach counter drifted"
-        fills = {block: next(iter(positions))[1] for block, positions in holders.items()}
-        assert self._excess == sum((counts[b] - 1) * bs for b, fill in fills.items() if fill == bs), \
-            "shared full-block counter drifted"
-        assert self._shared_partial == sum(counts[b] > 1 for b, fill in fills.items() if fill < bs), \
-            "shared partial-block counter drifted"
-        written = sum(next(iter(positions))[1] for positions in holders.values())
-        reached = sum(reach_of.values())
-        stats = self.stats()
-        assert (stats.token_states, stats.reserved, stats.internal_fragmentation) == \
-            (written, reached - written, len(used) * bs - reached), f"stats {stats} disagree with a recount"
-        assert stats.token_states + stats.reserved + stats.internal_fragmentation + \
-            stats.external_fragmentation + stats.free == self.capacity_tokens, "categories do not sum to capacity"
-        if not self._seqs:
-            assert not used, "blocks leaked after every sequence was freed"
