@@ -136,10 +136,13 @@ def _run_in_worker(point: dict) -> dict:
 
 
 def run_local(points: list[dict], trace: Trace | None, workers: int, on_row: Callable[[dict], None],
-              config: SimConfig | None = None) -> None:
+              config: SimConfig | None = None, on_started: Callable[[], None] | None = None) -> None:
     """Run `points` on `workers` processes (1: in this process), handing each row to `on_row` as it
-    finishes; `trace` and `config` are sent to each worker once."""
+    finishes; `trace` and `config` are sent to each worker once. `on_started` is called once the
+    workers exist (a progress bar's thread must not be running when they fork)."""
     if workers == 1:
+        if on_started is not None:
+            on_started()
         for p in points:
             on_row(run_point(p, trace, config))
         return
@@ -147,7 +150,10 @@ def run_local(points: list[dict], trace: Trace | None, workers: int, on_row: Cal
 
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
                              initargs=(trace, config)) as pool:
-        for fut in as_completed([pool.submit(_run_in_worker, p) for p in points]):
+        futures = [pool.submit(_run_in_worker, p) for p in points]
+        if on_started is not None:
+            on_started()
+        for fut in as_completed(futures):
             on_row(fut.result())
 
 
@@ -213,23 +219,29 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
     todo = [p for p, i in zip(points, ids) if i not in done]
     rows = dict(done)
     log = None if out is None else open(out / ROWS_FILE, "a", encoding="utf-8")
-    bar = _progress_bar(len(todo)) if progress and todo else None
+    bars: list = []
+
+    def start_bar() -> None:
+        if progress and todo and (bar := _progress_bar(len(todo))) is not None:
+            bars.append(bar)
+
     try:
         def on_row(row: dict) -> None:
             rows[row["run_id"]] = row
             if log is not None:
                 log.write(json.dumps(row, default=str) + "\n")
                 log.flush()
-            if bar is not None:
+            for bar in bars:
                 bar.advance(bar.task_ids[0])
 
         if ray or ray_address:
             from kvsim.planning.ray_backend import run_ray
+            start_bar()
             run_ray(todo, trace, workers, ray_address, on_row)
         else:
-            run_local(todo, trace, workers or os.cpu_count() or 1, on_row)
+            run_local(todo, trace, workers or os.cpu_count() or 1, on_row, on_started=start_bar)
     finally:
-        if bar is not None:
+        for bar in bars:
             bar.stop()
         if log is not None:
             log.close()
