@@ -59,8 +59,10 @@ def test_sweep_bad_input_exits_2(tmp_path):
     for args, msg in ((["--grid", "block_size="], "empty grid"),
                       ([], "empty grid: give at least one --grid"),
                       (["--grid", "blok=1"], "unknown flag 'blok' in the grid"),
-                      (["--grid", "block_size=8", "--ray-address", "127.0.0.1:9"], "does not answer")):
-        r = invoke("sweep", "--preset", "alpaca", *args, "-o", tmp_path / "bad")
+                      (["--grid", "block_size=8", "--ray-address", "127.0.0.1:9"], "does not answer"),
+                      ([tmp_path / "missing.jsonl", "--grid", "block_size=8"], "missing.jsonl")):
+        first = [] if args and str(args[0]).endswith(".jsonl") else ["--preset", "alpaca"]
+        r = invoke("sweep", *first, *args, "-o", tmp_path / "bad")
         assert r.exit_code == 2, (args, r.output)
         assert msg in r.output and "Traceback" not in r.output
     assert not (tmp_path / "bad").exists()

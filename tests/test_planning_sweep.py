@@ -93,7 +93,10 @@ def test_limiting_factor():
     assert limiting_factor(base) == "max_num_seqs"
     assert limiting_factor({**base, "limited_by_max_num_seqs": 0.05}) == "compute"   # 0.85 unexplained
     assert limiting_factor({"kv_peak_allocated_fraction": 1.0}) == "kv_memory"
-    assert limiting_factor({"kv_peak_allocated_fraction": 0.5, "max_batch_size": 8, "max_num_seqs": 8}) \
+    # contiguous: 81 % allocated at peak, but only 4 % truly free (the rest fragmented)
+    assert limiting_factor({"kv_peak_allocated_fraction": 0.81, "kv_mean_fraction_free": 0.04}) == "kv_memory"
+    assert limiting_factor({"kv_peak_allocated_fraction": 0.5, "kv_mean_fraction_free": 0.4, "max_batch_size": 8,
+                            "max_num_seqs": 8}) \
         == "max_num_seqs"
 
 

@@ -74,13 +74,16 @@ def meets(row: Mapping[str, Any], slo: Mapping[str, float]) -> bool:
 
 
 def limiting_factor(row: Mapping[str, Any]) -> str:
-    """What held requests back in a run: the largest `limited_by` fraction, with `compute` the waiting
-    time no limit explains; without `limited_by`, the peak KV use and batch size decide."""
+    """What held requests back in a run: the largest `limited_by` fraction (of the run's time, a limit
+    held waiting requests back), with `compute` the rest (time no admission limit explains: latency
+    from step times). Without `limited_by`: KV memory when the cache was nearly full or had under 10 %
+    truly free on average (contiguous: the rest reserved or fragmented), else the batch size decides."""
     fractions = {k: row.get(f"limited_by_{k}") for k in LIMITS[:3]}
     if all(isinstance(v, (int, float)) and v == v for v in fractions.values()):
         fractions["compute"] = max(0.0, 1.0 - sum(fractions.values()))
         return max(fractions, key=fractions.get)
-    if (row.get("kv_peak_allocated_fraction") or 0) >= 0.9:
+    free = row.get("kv_mean_fraction_free")
+    if (row.get("kv_peak_allocated_fraction") or 0) >= 0.9 or (free is not None and free < 0.1):
         return "kv_memory"
     if row.get("max_batch_size", 0) >= row.get("max_num_seqs", math.inf):
         return "max_num_seqs"

@@ -199,8 +199,9 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
     base = {**(base or {}), **base_flags}
     if preset is not None:
         base["preset"] = preset
-    if isinstance(trace, (str, Path)):
-        base["trace"], trace = str(trace), None
+    if isinstance(trace, (str, Path)):           # read once, here: a bad file stops the sweep at once
+        from kvsim.trace_formats import load_trace
+        base["trace"], trace = str(trace), load_trace(trace)
     points = grid_points(grid, base)
     ids = [run_id(p) for p in points]
     if ray_address:                      # before anything is written
