@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=3600.0, help="seconds of arrivals per run")
     ap.add_argument("--rate", type=float, default=2.0, help="requests per second")
     ap.add_argument("--workers", type=int, default=os.cpu_count(), help="processes for the parallel sweep")
+    ap.add_argument("--serial-first", action="store_true", help="time the serial sweep first")
     args = ap.parse_args()
     grid = {"seed": list(range(args.runs))}
     base = {"model": "opt-13b", "gpu": "a100-40gb", "kv_gib": 12, "block_size": 16,
@@ -31,7 +32,8 @@ def main() -> None:
     print(f"{args.runs} runs: sharegpt, {args.rate:g} req/s, {args.duration:g} s each, OPT-13B on A100-40GB, "
           f"12 GiB KV; {os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.1f}")
     walls, tables = {}, {}
-    for label, workers in (("parallel", args.workers), ("serial", 1)):
+    order = [("parallel", args.workers), ("serial", 1)]
+    for label, workers in (order[::-1] if args.serial_first else order):
         start = time.perf_counter()
         tables[label] = kvsim.run_sweep(grid, base, preset="sharegpt", workers=workers)
         walls[label] = time.perf_counter() - start
