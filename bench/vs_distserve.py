@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+SHARED = Path(os.environ.get("KVSIM_SHARED", ROOT.parent / "shared"))   # ../shared beside the repo
 TRACE = SHARED / "traces" / "azure_llm_2023_conv.csv"
 DISTSERVE = SHARED / "peers" / "distserve"
 VENV_PYTHON = Path.home() / ".cache" / "distserve-venv" / "bin" / "python"
@@ -45,8 +46,6 @@ def main() -> None:
     if not TRACE.exists():
         print(f"skipped: {TRACE} is not here")
         return
-    import os
-
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     kvsim = [sys.executable, "-m", "kvsim.cli", "run", str(TRACE), "--max-requests", str(args.n), "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:

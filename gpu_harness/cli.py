@@ -6,18 +6,31 @@ a missing torch/triton prints install instructions and exits with status 2.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 harness_app = typer.Typer(help="Triton KV-cache kernels on a GPU (or the CPU interpreter): "
                                "correctness check and cost calibration. Needs the gpu extra.",
                           no_args_is_help=True)
-console = Console()
+
+
+@functools.cache
+def _console():
+    """rich's Console, made on first use (so `kvsim --help` does not load rich)."""
+    from rich.console import Console
+
+    return Console()
+
+
+def Table(*args, **kwargs):
+    """rich's Table, imported on first use."""
+    from rich.table import Table as RichTable
+
+    return RichTable(*args, **kwargs)
 
 
 def _backend():
@@ -25,7 +38,7 @@ def _backend():
     try:
         return get_backend()
     except HarnessUnavailable as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
 
 
@@ -46,9 +59,9 @@ def check(full: bool = typer.Option(False, "--full", help="Real-shape grid (cont
     for r in rows:
         table.add_row(r.case, f"{r.max_abs_err:.3g}", f"{r.atol:g}", f"{r.rtol:g}",
                       "[green]pass[/green]" if r.passed else "[red]FAIL[/red]")
-    console.print(table)
+    _console().print(table)
     failed = sum(not r.passed for r in rows)
-    console.print(f"{len(rows) - failed}/{len(rows)} cases passed")
+    _console().print(f"{len(rows) - failed}/{len(rows)} cases passed")
     if failed:
         raise typer.Exit(1)
 
@@ -71,7 +84,7 @@ def calibrate(out: Path = typer.Option(Path("calibration.json"), "--out", help="
         try:
             get_gpu(gpu)
         except ValueError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            _console().print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
     backend = _backend()
     from gpu_harness.calibrate import calibrate as run_calibration
@@ -80,7 +93,7 @@ def calibrate(out: Path = typer.Option(Path("calibration.json"), "--out", help="
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     _print_summary(doc, preset)
-    console.print(f"wrote {out}")
+    _console().print(f"wrote {out}")
 
 
 def _print_summary(doc: dict, preset: str | None) -> None:
@@ -96,8 +109,8 @@ def _print_summary(doc: dict, preset: str | None) -> None:
                       str(m["context"] or "-"), str(m["splits"] or "-"), f"{m['median_s'] * 1e6:.1f}",
                       f"{bw / 1e9:.1f}", "-" if peak is None else f"{100 * bw / peak:.1f}",
                       f"{100 * bw / copy:.1f}")
-    console.print(table)
-    console.print_json(data=doc["fit"])
+    _console().print(table)
+    _console().print_json(data=doc["fit"])
 
 
 @harness_app.command()
@@ -144,7 +157,7 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
         tr = tr.head(min(limit, len(tr)))
         predicted = _predicted_blocks(tr, cfg, expect)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     if backend.interpret:
         shape, tolerance = TINY, 1e-4
@@ -163,7 +176,7 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
                         ("blocks vs kvsim", report.first_mismatch or "equal at every step"),
                         ("wall time", f"{report.wall_s:.1f} s")):
         table.add_row(name, str(value))
-    console.print(table)
+    _console().print(table)
     if json_out is not None:
         json_out.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
     if not report.ok:

@@ -14,18 +14,14 @@ from typing import Optional
 
 import typer
 
-from kvsim.calibration import load_calibration
 from kvsim.cli_engine import calibrate_engine
 from kvsim.cli_plan import register as register_planning
 from kvsim.cli_trace import trace_app
-from kvsim.output import Progress, error, print_comparison, print_summary, write_outputs
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.sim import simulate
-from kvsim.specs import Deployment, get_gpu, get_model, load_hf_config
-from kvsim.trace_formats import load_trace
 
+# The simulator, the trace readers, rich and pandas are imported inside the commands that need them,
+# so `kvsim --help` loads typer and little else (plain help, no rich markup).
 app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 app.add_typer(trace_app, name="trace")
 app.command("calibrate-engine")(calibrate_engine)
 register_planning(app)
@@ -100,7 +96,11 @@ MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the 
 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
            max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
-           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None) -> SimConfig:
+           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None):
+    from kvsim.calibration import load_calibration
+    from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
+    from kvsim.specs import Deployment, get_gpu, get_model, load_hf_config
+
     spec = load_hf_config(model_config) if model_config else get_model(model)
     spec = spec.with_kv_cache_dtype(kv_cache_dtype).with_max_model_len(max_model_len)
     cal = load_calibration(calibration, force=force_calibration) if calibration else None
@@ -131,6 +131,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                            "requests.csv and steps.csv."),
         quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
+    from kvsim.output import Progress, StepsCsv, error, print_summary, write_outputs
+    from kvsim.sim import simulate
+    from kvsim.trace_formats import load_trace
+
+    steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
         cfg = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
@@ -146,11 +151,14 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
-            result = simulate(tr, cfg, progress)
+            # steps stream to steps.csv with --out; otherwise only their aggregates are kept
+            result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
     except ValueError as exc:
+        if steps_csv is not None:
+            steps_csv.discard()
         error(str(exc))
     if out is not None:
-        write_outputs(out, result, cfg)
+        write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
         json_out.write_text(json.dumps(result.summary, indent=2))
     if not quiet:
@@ -180,6 +188,10 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
             max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
     """Run paged, the three contiguous reservations and static batching on TRACE, side by side."""
+    from kvsim.output import Progress, error, print_comparison
+    from kvsim.sim import simulate
+    from kvsim.trace_formats import load_trace
+
     summaries = {}
     try:
         base = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
@@ -193,7 +205,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                           scheduler=replace(base.scheduler, **sched))
             with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet,
                           label=name) as progress:
-                summaries[name] = simulate(tr, cfg, progress).summary
+                summaries[name] = simulate(tr, cfg, progress, keep_steps=False).summary
             if json_out is not None:   # partial results survive an error in a later run
                 json_out.write_text(json.dumps(summaries, indent=2))
     except ValueError as exc:

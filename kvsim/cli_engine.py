@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from kvsim.output import console, error
 
 PROFILE_NAMES = ("vllm-2023", "vllm-v1", "ideal")
 
@@ -26,6 +25,7 @@ def calibrate_engine(
                                                    "for the step_ms subtraction.")) -> None:
     """Fit CPU seconds per step = fixed + per-sequence x batch size to measured step times."""
     from kvsim.engine_fit import fit_cpu, read_cpu_times, write_profile
+    from kvsim.output import console, error
     from kvsim.profiles import PROFILES
 
     try:

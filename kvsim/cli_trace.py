@@ -13,18 +13,15 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-
-from kvsim.trace import rescale_trace
-from kvsim.trace_formats import FORMATS, read_trace
-from kvsim.trace_jsonl import write_jsonl
-from kvsim.tracegen import PRESETS, generate
 
 trace_app = typer.Typer(help="Make, convert and describe request traces (JSONL, one request per line).",
                         no_args_is_help=True)
 
-FORMAT_HELP = f"Input format: {'|'.join(FORMATS)} (auto: detected from the first line)."
+#: The names in the help texts (`kvsim.trace_formats.FORMATS`, `kvsim.tracegen.PRESETS`; a test keeps
+#: them equal), spelled out so that `--help` loads neither numpy nor the trace readers.
+FORMAT_NAMES = ("auto", "jsonl", "azure", "mooncake", "vidur")
+PRESET_NAMES = ("sharegpt", "alpaca")
+FORMAT_HELP = f"Input format: {'|'.join(FORMAT_NAMES)} (auto: detected from the first line)."
 
 
 @contextmanager
@@ -39,7 +36,7 @@ def _user_errors() -> Iterator[None]:
 
 @trace_app.command()
 def gen(
-    preset: str = typer.Option(..., help=f"Length distribution: {'|'.join(PRESETS)} (vLLM paper means)."),
+    preset: str = typer.Option(..., help=f"Length distribution: {'|'.join(PRESET_NAMES)} (vLLM paper means)."),
     out: Path = typer.Option(..., "-o", "--out", help="Output JSONL file."),
     rate: float = typer.Option(2.0, help="Poisson arrival rate, requests per second."),
     duration: float = typer.Option(3600.0, help="Trace length in seconds (ignored with --num-requests)."),
@@ -52,6 +49,9 @@ def gen(
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same trace."),
 ) -> None:
     """Generate a synthetic trace: Poisson arrivals, long-tailed prompt/output lengths in tokens."""
+    from kvsim.trace_jsonl import write_jsonl
+    from kvsim.tracegen import generate
+
     with _user_errors():
         trace = generate(preset, rate_rps=rate, duration_s=duration, num_requests=num_requests, n=n,
                          beam_width=beam_width, max_len=max_len, shared_prefix_tokens=shared_prefix,
@@ -82,6 +82,10 @@ def convert(
     Lengths of 0 tokens become 1 and are counted in the report printed at the end. --rate/--time-scale
     apply before --max-duration.
     """
+    from kvsim.trace import rescale_trace
+    from kvsim.trace_formats import read_trace
+    from kvsim.trace_jsonl import write_jsonl
+
     with _user_errors():
         if rate is not None and time_scale is not None:
             raise ValueError("give --rate or --time-scale, not both")
@@ -105,8 +109,10 @@ def convert(
                    f"run with --hash-block-size {trace.hash_block_size}")
 
 
-def _stats_table(s: dict) -> tuple[Table, list[str]]:
-    """The length table and the lines of counts printed under it."""
+def _stats_table(s: dict):
+    """The length table (rich) and the lines of counts printed under it."""
+    from rich.table import Table
+
     table = Table(title=f"{s['source']}: {s['requests']} requests", show_header=True)
     for col in ("tokens", "mean", "p50", "p90", "p99", "max"):
         table.add_column(col, justify="right")
@@ -136,6 +142,10 @@ def stats(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the summary as JSON here."),
 ) -> None:
     """Describe a trace: requests, duration (s), rate (req/s), prompt/output tokens, samples, prefixes."""
+    from rich.console import Console
+
+    from kvsim.trace_formats import read_trace
+
     with _user_errors():
         trace, _ = read_trace(trace_path, format, hash_block_size=hash_block_size)
         s = trace.summary()

@@ -186,6 +186,17 @@ class CostModel:
                 + self.decode_attention_time(decode_seqs, decode_context_tokens)
                 + self.store_kv_time(tokens) + self.all_reduce_time(tokens))
 
+    def decode_step_times(self, seqs: int, first_context: int, steps: int) -> list[float]:
+        """`step_time(0, 0, seqs, c)` for c = first_context, first_context + seqs, ... (`steps` of
+        them: a steady decode phase), bit for bit (the same operations in the same order)."""
+        if seqs <= 0:
+            return [self.step_time(0, 0, seqs, first_context)] * steps
+        head = self.step_overhead_s + self.linear_time(seqs) + self.prefill_attention_time(0)
+        attn, per_token = self._decode_fixed_s + seqs * self._decode_s_per_seq, self._decode_s_per_token
+        store, reduce = self.store_kv_time(seqs), self.all_reduce_time(seqs)
+        return [head + (attn + c * per_token) + store + reduce
+                for c in range(first_context, first_context + steps * seqs, seqs)]
+
     def swap_time(self, num_tokens: int) -> float:
         """Seconds to move `num_tokens` of KV (all layers) one way over PCIe. Each of the tp GPUs moves its
         own 1/tp share over its own link at the same time, so the time is that of one GPU's share."""
@@ -207,6 +218,10 @@ class ConstantCost:
                   decode_seqs: int, decode_context_tokens: int) -> float:
         """`step_s`, whatever the batch."""
         return self.step_s
+
+    def decode_step_times(self, seqs: int, first_context: int, steps: int) -> list[float]:
+        """`steps` x `step_s`."""
+        return [self.step_s] * steps
 
     def swap_time(self, num_tokens: int) -> float:
         """`num_tokens` x `swap_s_per_token` seconds."""

@@ -18,7 +18,7 @@ STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_t
                 "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
                 "external_fragmentation", "free", "unshared_blocks")
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
-_MEMORY = STEP_COLUMNS[7:]
+_MEMORY = STEP_COLUMNS[7:]       # fields of the plan's memory snapshots (named tuples)
 _WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
 _FLOAT = ("time_s", "duration_s")
 CHUNK = 1 << 16       # rows folded into the aggregates at a time
@@ -32,6 +32,7 @@ class StepLog:
         self.keep, self.sink = keep, sink
         self._cols: dict[str, list] = {c: [] for c in STEP_COLUMNS[1:]}
         self._kept: list[dict[str, np.ndarray]] = []
+        self._memory_index: list[tuple[str, int]] | None = None
         self.num_steps = 0
         self.end_s = 0.0                  # when the last step ended, s
         self.total_s = 0.0                # sum of step durations, s
@@ -49,8 +50,11 @@ class StepLog:
         cols["running"].extend([plan.batch_requests] * k)
         cols["prefill_tokens"].extend([plan.prefill_tokens] * k)
         cols["decode_tokens"].extend([plan.decode_seqs] * k)
-        for name in _MEMORY:
-            cols[name].extend([getattr(m, name) for m in plan.memory])
+        if self._memory_index is None:          # where each memory column sits in the snapshots
+            self._memory_index = [(name, plan.memory[0]._fields.index(name)) for name in _MEMORY]
+        fields = list(zip(*plan.memory))
+        for name, index in self._memory_index:
+            cols[name].extend(fields[index])
         while len(cols["time_s"]) >= CHUNK:
             self._fold(CHUNK)
 

@@ -112,10 +112,49 @@ def print_comparison(summaries: dict[str, dict], title: str) -> None:
     console.print(table)
 
 
-def write_outputs(out: Path, result, cfg) -> None:
-    """`summary.json`, `config.json`, `requests.csv` and `steps.csv` into folder `out`."""
+class StepsCsv:
+    """A `simulate(step_sink=...)` that streams the step rows to `path` as they come (memory does not
+    grow with the steps): written to a temporary name next to it, renamed by `commit()`."""
+
+    def __init__(self, path: Path):
+        self.path, self.tmp = path, path.with_name(f".{path.name}.tmp")
+        self._file = None
+
+    def __call__(self, columns: dict) -> None:
+        """Append one chunk of rows (numpy columns in `kvsim.metrics.STEP_COLUMNS` order)."""
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.tmp.open("w")
+            self._file.write(",".join(columns) + "\n")
+        # repr for floats and str for ints: what pandas' to_csv writes
+        text = [list(map(repr if col.dtype.kind == "f" else str, col.tolist())) for col in columns.values()]
+        self._file.write("".join(",".join(row) + "\n" for row in zip(*text)))
+
+    def commit(self) -> None:
+        """Close the file and move it into place (a header only when there were no steps)."""
+        if self._file is None:
+            from kvsim.metrics import STEP_COLUMNS
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.tmp.open("w")
+            self._file.write(",".join(STEP_COLUMNS) + "\n")
+        self._file.close()
+        self.tmp.replace(self.path)
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (the run failed)."""
+        if self._file is not None:
+            self._file.close()
+            self.tmp.unlink(missing_ok=True)
+
+
+def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | None = None) -> None:
+    """`summary.json`, `config.json`, `requests.csv` and `steps.csv` into folder `out` (`steps_csv`:
+    the steps were streamed there during the run)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+    if steps_csv is not None:
+        steps_csv.commit()
+    else:
+        result.steps.to_csv(out / "steps.csv", index=False)
     result.requests.to_csv(out / "requests.csv", index=False)
-    result.steps.to_csv(out / "steps.csv", index=False)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+    (out / "summary.json").write_text(json.dumps(result.summary, indent=2))

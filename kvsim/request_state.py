@@ -137,17 +137,18 @@ class SchedulerBase:
 
     def _emit(self, plan: StepPlan, now: float) -> list[int]:
         """Count the step's tokens (first tokens stamped at `now`); returns requests now complete."""
-        done = []
+        done, prefill_left, first_token_s = [], self.prefill_left, self.first_token_s
         for i, _ in plan.prefills:
-            if self.prefill_left[i] == 0:
+            if prefill_left[i] == 0:
                 done.append(i)
-                if self.first_token_s[i] != self.first_token_s[i]:
-                    self.first_token_s[i] = now
+                if first_token_s[i] != first_token_s[i]:
+                    first_token_s[i] = now
         done.extend(plan.decodes)
-        retire = []
+        retire, generated, output = [], self.generated, self.output
         for i in done:
-            g = self.generated[i] = self.generated[i] + 1
-            if g == self.output[i]:
+            g = generated[i] + 1
+            generated[i] = g
+            if g == output[i]:
                 retire.append(i)
         return retire
 

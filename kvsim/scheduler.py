@@ -47,7 +47,10 @@ class Scheduler(SchedulerBase):
         """Give each decoding sequence its next slot, preempting from the back when memory runs out.
         (The simulator's hot loop: one allocator call for the whole batch while memory lasts.)"""
         running, n, kv_len, prefill_left = self.running, self.n, self.kv_len, self.prefill_left
-        decoding = [i for i in running if not prefill_left[i]]
+        if any(map(prefill_left.__getitem__, running)):   # a chunked prefill is under way
+            decoding = [i for i in running if not prefill_left[i]]
+        else:
+            decoding = running[:]
         ids = self._decoding_seq_ids(decoding)
         preempted, done = False, 0
         while True:
@@ -61,10 +64,12 @@ class Scheduler(SchedulerBase):
                 decoding.pop()
                 del ids[len(ids) - n[victim]:]
                 done = min(done, len(ids))
-        context = 0
         for i in decoding:
-            kv = kv_len[i] = kv_len[i] + 1
-            context += kv * n[i]
+            kv_len[i] += 1
+        if len(ids) == len(decoding):                 # one sequence per request
+            context = sum(map(kv_len.__getitem__, decoding))
+        else:
+            context = sum(kv_len[i] * n[i] for i in decoding)
         plan.decodes = decoding
         plan.decode_seqs = len(ids)
         plan.decode_context_tokens = context
@@ -90,7 +95,7 @@ class Scheduler(SchedulerBase):
         """Sequence ids of the running requests `decoding`, in order (one per sample)."""
         stride = self.stride
         if self.running_seqs == len(self.running):   # one sequence per request
-            return [i * stride for i in decoding]
+            return decoding[:] if stride == 1 else [i * stride for i in decoding]
         n = self.n
         return [s for i in decoding for s in range(i * stride, i * stride + n[i])]
 
@@ -108,7 +113,9 @@ class Scheduler(SchedulerBase):
         """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished; a chunk's
         blocks are taken now (single-sequence requests), preempting from the back when they do not
         fit, as vLLM's running loop does. Returns (budget left, whether a request was preempted)."""
-        preempted = False
+        preempted, prefill_left = False, self.prefill_left
+        if not any(map(prefill_left.__getitem__, self.running)):
+            return budget, False
         for i in list(self.running):
             if not self.prefill_left[i] or budget <= 0 or i not in self.running:
                 continue

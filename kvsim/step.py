@@ -21,6 +21,7 @@ time plus PCIe time for swaps (the hook for an engine profile's CPU time per ste
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -88,9 +89,16 @@ class Stepper:
             duration += self.cost.swap_time(plan.swap_tokens)
         return duration
 
-    def decode_seconds(self, num_seqs: int, context_tokens: int) -> float:
-        """Duration of a decode-only step (windows): the same as `step_seconds` of such a plan."""
-        return self.cost.step_time(0, 0, num_seqs, context_tokens)
+    def decode_seconds(self, num_seqs: int, first_context: int, steps: int) -> list[float]:
+        """Durations of `steps` decode-only steps of `num_seqs` sequences reading `first_context`
+        context tokens in the first and `num_seqs` more in each next one (a window): the same as
+        `step_seconds` of each such step, computed at once when the cost model can."""
+        at_once = getattr(self.cost, "decode_step_times", None)
+        if at_once is not None:
+            return at_once(num_seqs, first_context, steps)
+        step_time = self.cost.step_time
+        return [step_time(0, 0, num_seqs, c)
+                for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
 
     # -- one step -----------------------------------------------------------------------------
     def step(self, now: float, tables: bool = False) -> StepPlan | None:
@@ -126,43 +134,50 @@ class Stepper:
         ids, steps, context = steady
         if steps < 2:
             return None
-        nxt, queued, num_seqs = next_arrival, len(sched.waiting), len(ids)
-        starts, durations, waiting = [], [], []
-        t = now
-        for j in range(steps):
-            nxt, queued = self._queue_before(t, nxt, queued)
-            if nxt < 0:
-                break
-            starts.append(t)
-            waiting.append(queued)
-            durations.append(self.decode_seconds(num_seqs, context + (j + 1) * num_seqs))
-            t = t + durations[-1]
+        num_seqs = len(ids)
+        if not sched.waiting and next_arrival < len(times):
+            # the next arrival ends the window (it would be admitted); steps only lengthen, so
+            # none starting after the first's duration x this many can be in it
+            first = self.decode_seconds(num_seqs, context + num_seqs, 1)[0]
+            if first > 0:
+                steps = min(steps, int((times[next_arrival] - now) / first) + 2)
+        durations = self.decode_seconds(num_seqs, context + num_seqs, steps)
+        ends = list(accumulate(durations, initial=now))     # ends[j] = start of step j
+        k, waiting = self._arrivals_in(ends, steps, next_arrival, len(sched.waiting))
         # the window's end is the next step's start: no tie with an arrival, and exactly reachable
-        while starts and (now + (t - now) != t or _ties(times, next_arrival, t)):
-            t = starts.pop()
-            durations.pop()
-            waiting.pop()
-        if len(starts) < 2:
+        while k and (now + (ends[k] - now) != ends[k] or _ties(times, next_arrival, ends[k])):
+            k -= 1
+        if k < 2:
             return None
-        memory = sched.advance(ids, len(starts))
+        memory = sched.advance(ids, k)
         return StepPlan(decodes=list(sched.running), decode_seqs=num_seqs,
                         decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
-                        starts=starts, durations=durations, waiting=waiting, memory=memory)
+                        starts=ends[:k], durations=durations[:k], waiting=waiting[:k], memory=memory)
 
-    def _queue_before(self, t: float, nxt: int, queued: int) -> tuple[int, int]:
-        """Take the arrivals from index `nxt` that come before a step starting at `t` into the count of
-        `queued` requests; returns (next index, queued), or (-1, queued) when the step cannot be in a
-        window: an arrival ties with `t`, or would be admitted at `t` (the queue was empty)."""
-        times, tie = self.arrivals, TIE * (1 + t)
-        while nxt < len(times) and times[nxt] < t + tie:
-            if times[nxt] > t - tie:
-                return -1, queued                  # a tie: which comes first is SimPy's to say
-            if not self.sched.never_served(nxt):
-                if not queued:
-                    return -1, queued              # it would be admitted at this step
-                queued += 1                        # it queues behind a blocked head
+    def _arrivals_in(self, starts: list[float], steps: int, nxt: int, queued: int) -> tuple[int, list[int]]:
+        """How many of the `steps` steps starting at `starts` can be in a window, and the queue length
+        at each start, given `queued` requests queued now and arrivals from index `nxt` on. An arrival
+        counts at the first step that starts after it (within `TIE`, it ties: the window ends before
+        that step); one that would be admitted there (the queue was empty) ends the window too."""
+        times, never_served = self.arrivals, self.sched.never_served
+        added = [0] * (steps + 1)            # arrivals queued just before each step
+        k, j = steps, 0
+        while nxt < len(times):
+            ta = times[nxt]
+            j = max(j, bisect_left(starts, ta - 2 * TIE * (1 + ta), j, steps))
+            while j < steps and not ta < starts[j] + TIE * (1 + starts[j]):
+                j += 1
+            if j == steps:
+                break
+            if ta > starts[j] - TIE * (1 + starts[j]) or (not queued and not never_served(nxt)):
+                k = j                        # a tie, or admitted at step j: the window stops before
+                break
+            if not never_served(nxt):
+                queued += 1
+                added[j] += 1
             nxt += 1
-        return nxt, queued
+        base = queued - sum(added)
+        return k, [base + x for x in accumulate(added[:k])]
 
 
 def _ties(times: list[float], start: int, t: float) -> bool:

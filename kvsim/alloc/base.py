@@ -13,17 +13,16 @@ Lengths a caller passes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 
 class AllocationError(RuntimeError):
     """Misuse of an allocator: unknown or duplicate sequence id, growth past a reservation, etc."""
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryStats:
+class MemoryStats(NamedTuple):
     """A snapshot of KV capacity, in token slots; the five categories sum to `capacity_tokens`.
+    (A named tuple: one is made per engine step, and the step log reads them column-wise.)
 
     `used_blocks`/`free_blocks` are in the allocator's blocks (contiguous: one slot each).
     `unshared_blocks` is how many blocks the live sequences would hold without sharing (equals

@@ -12,7 +12,6 @@ Invariants (checked by `check_invariants`):
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
@@ -181,7 +180,7 @@ class ContiguousAllocator:
         grow = len(seq_ids)
         self._sum_tokens += grow * steps
         last = self.stats(head_tokens, head_final_tokens)
-        return [replace(last, token_states=last.token_states - grow * (steps - 1 - j),
+        return [last._replace(token_states=last.token_states - grow * (steps - 1 - j),
                         reserved=last.reserved + grow * (steps - 1 - j)) for j in range(steps)]
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:

@@ -32,7 +32,7 @@ from typing import Sequence
 from .base import AllocationError
 from .paged_stats import PagedStats
 from .paged_window import PagedWindows
-from .prefix import PrefixCache, unique_hashes
+from .prefix import PrefixCache
 
 
 @dataclass(slots=True)
@@ -117,16 +117,6 @@ class PagedAllocator(PagedStats, PagedWindows):
         self._sum_reach += min(final, len(table) * bs)
         self._sum_blocks += len(table)
         return len(hits) * bs
-
-    def _register(self, seq: _Seq, start: int, stop: int) -> None:
-        """Cache `seq`'s full blocks `start..stop-1` under their hashes (shareable, then its own)."""
-        hashes, table, register = seq.hashes, seq.table, self._cache.register
-        for k in range(start, min(stop, len(hashes))):
-            register(hashes[k], table[k])
-        if stop > len(hashes):
-            first = max(start, len(hashes))
-            for k, h in enumerate(unique_hashes(seq.salt, first, stop), start=first):
-                register(h, table[k])
 
     def can_fork(self, parent_id: int) -> bool:
         """Forking shares every block, so it needs no free block (copy-on-write happens on append)."""
@@ -231,30 +221,51 @@ class PagedAllocator(PagedStats, PagedWindows):
         """One slot for each of `seq_ids[start:]` in order, stopping before the first that cannot grow
         (no free block); returns how many grew. Copy-on-write pairs are added to `copies` when given.
         The same as `can_append` + `append` per sequence, in one call (the engine's hot loop)."""
-        seqs, ref, bs = self._seqs, self._ref, self.block_size
-        fast = 0
-        k = start
+        if not self._shared_partial:     # no partly filled block is shared: no copy-on-write
+            return self._append_unshared(seq_ids, start)
+        for k in range(start, len(seq_ids)):
+            if not self.can_append(seq_ids[k]):
+                return k - start
+            pairs = self.append(seq_ids[k])
+            if pairs and copies is not None:
+                copies.extend(pairs)
+        return len(seq_ids) - start
+
+    def _append_unshared(self, seq_ids: Sequence[int], start: int) -> int:
+        """`append_each` while no partly filled block is shared (so none is copied): the same steps
+        with fewer checks, in the order of `seq_ids`."""
+        seqs, bs, cache, free, k = self._seqs, self.block_size, self._cache, -1, start
         try:
-            for k in range(start, len(seq_ids)):
-                seq = seqs[seq_ids[k]]
+            for k, seq in enumerate(map(seqs.__getitem__, seq_ids[start:]), start):
                 new_tokens = seq.tokens + 1
-                table = seq.table
-                if new_tokens < len(table) * bs and ref[table[-1]] == 1:
+                room = len(seq.table) * bs - new_tokens
+                if room >= 0:
                     seq.tokens = new_tokens
-                    fast += 1
                     if new_tokens > seq.final:
                         self._sum_reach += 1
                         seq.final = new_tokens
-                elif self._blocks_needed(seq, 1) <= self.num_free_blocks:
-                    pairs = self._grow(seq_ids[k], seq, new_tokens)
-                    if pairs and copies is not None:
-                        copies.extend(pairs)
-                else:
+                    if not room and cache is not None:         # filled its last block
+                        self._register(seq, new_tokens // bs - 1, new_tokens // bs)
+                    continue
+                if free < 0:
+                    free = self.num_free_blocks
+                if not free:
+                    self._sum_tokens += k - start
                     return k - start
+                free -= 1
+                held = len(seq.table) * bs
+                seq.table.append(self._take())
+                seq.tokens = new_tokens
+                final = seq.final
+                if new_tokens > final:
+                    seq.final = final = new_tokens
+                self._sum_reach += min(final, held + bs) - min(final, held)
+                self._sum_blocks += 1
         except KeyError:
-            raise AllocationError(f"unknown sequence id {seq_ids[k]}") from None
-        finally:
-            self._sum_tokens += fast
+            bad = next(j for j in range(start, len(seq_ids)) if seq_ids[j] not in seqs)
+            self._sum_tokens += bad - start
+            raise AllocationError(f"unknown sequence id {seq_ids[bad]}") from None
+        self._sum_tokens += len(seq_ids) - start
         return len(seq_ids) - start
 
     def _grow(self, seq_id: int, seq: _Seq, new_tokens: int) -> list[tuple[int, int]]:

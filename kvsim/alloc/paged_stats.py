@@ -69,6 +69,16 @@ class PagedStats:
         blocks, at most floor((num_tokens - 1) / block_size) of them). Changes nothing."""
         return self._hits_cost(num_tokens, block_hashes, seq_id)[0]
 
+    def _register(self, seq, start: int, stop: int) -> None:
+        """Cache `seq`'s full blocks `start..stop-1` under their hashes (shareable, then its own)."""
+        hashes, table, register = seq.hashes, seq.table, self._cache.register
+        for k in range(start, min(stop, len(hashes))):
+            register(hashes[k], table[k])
+        if stop > len(hashes):
+            first = max(start, len(hashes))
+            for k, h in enumerate(unique_hashes(seq.salt, first, stop), start=first):
+                register(h, table[k])
+
     # ---- accounting ----------------------------------------------------------------------------
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
@@ -82,11 +92,8 @@ class PagedStats:
             tokens, reach = self._sum_tokens - self._excess, self._sum_reach - self._excess
         else:
             tokens, reach = self._shared_sums(used)
-        return MemoryStats(
-            capacity_tokens=self.capacity_tokens, token_states=tokens, reserved=reach - tokens,
-            internal_fragmentation=used * bs - reach, external_fragmentation=0, free=num_free * bs,
-            used_blocks=used, free_blocks=num_free, unshared_blocks=self._sum_blocks,
-            cached_blocks=num_cached)
+        return MemoryStats(self.capacity_tokens, tokens, reach - tokens, used * bs - reach, 0, num_free * bs,
+                           used, num_free, self._sum_blocks, num_cached)   # (field order of MemoryStats)
 
     def _shared_sums(self, used: int) -> tuple[int, int]:
         """(written slots, reached slots) over distinct used blocks. Only last blocks are partly

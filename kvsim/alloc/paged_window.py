@@ -20,27 +20,22 @@ class PagedWindows:
         if self._shared_partial or max_steps < 1:
             return 0
         bs, seqs = self.block_size, self._seqs
-        tokens, held = [], 0
-        steps = max_steps
+        steps, rooms = max_steps, []
         for seq_id in seq_ids:
             seq = seqs[seq_id]
-            if seq.tokens // bs < len(seq.hashes):
+            tokens = seq.tokens
+            if tokens // bs < len(seq.hashes):
                 return 0
-            steps = min(steps, seq.final - seq.tokens)
-            tokens.append(seq.tokens)
-            held += len(seq.table)
-        free = self.num_free_blocks
-
-        def fits(k: int) -> bool:
-            return sum((t + k + bs - 1) // bs for t in tokens) - held <= free
-
-        if steps < 1 or fits(steps):
+            if seq.final - tokens < steps:
+                steps = seq.final - tokens
+            rooms.append(len(seq.table) * bs - tokens)    # appends before it needs a block: 0..bs-1
+        if steps < 1 or not rooms:
             return max(steps, 0)
-        lo, hi = 0, steps                  # fits(lo), not fits(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
+        # sequence s needs blocks at steps rooms[s], rooms[s] + bs, ...: in each round of bs steps
+        # every sequence takes one, in order of room; the first step without a free block ends it
+        rounds, rank = divmod(self.num_free_blocks, len(rooms))
+        rooms.sort()
+        return min(steps, rooms[rank] + rounds * bs)
 
     def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
                      head_final_tokens: int = 0) -> list[MemoryStats]:
@@ -52,14 +47,15 @@ class PagedWindows:
         for seq in seqs:
             for j in range(len(seq.table) * bs - seq.tokens, steps, bs):
                 crossing[j].append(seq)
-        snapshots = []
-        for j in range(steps):
-            for seq in crossing[j]:
-                held = len(seq.table) * bs
-                seq.table.append(self._take())
-                self._sum_reach += min(seq.final, held + bs) - min(seq.final, held)
-            self._sum_blocks += len(crossing[j])
-            self._sum_tokens += len(seqs)
+        snapshots, num = [], len(seqs)
+        for crossed in crossing:
+            if crossed:
+                for seq in crossed:
+                    held = len(seq.table) * bs
+                    seq.table.append(self._take())
+                    self._sum_reach += min(seq.final, held + bs) - min(seq.final, held)
+                self._sum_blocks += len(crossed)
+            self._sum_tokens += num
             snapshots.append(self.stats())
         cache = self._cache
         for seq in seqs:
