@@ -121,3 +121,15 @@ def test_gpus_for_rate_skips_tp_degrees_the_weights_do_not_fit():
     assert df.note[8].startswith("not tried")
     with pytest.raises(ValueError, match="drop --kv-gib"):
         kvsim.gpus_for_rate(1, {"ttft_p99": 1}, kv_gib=12)
+
+
+def test_rate_search_replays_one_draw_of_requests():
+    from kvsim.planning.rate import BASE_BLOCK, _base_trace
+
+    short, long = _base_trace("alpaca", 10.0, 3), _base_trace("alpaca", BASE_BLOCK * 1.5, 3)
+    assert len(short) == BASE_BLOCK and len(long) == 2 * BASE_BLOCK
+    assert long.prompt_tokens[:BASE_BLOCK].tolist() == short.prompt_tokens.tolist()
+    assert long.arrival_s[:BASE_BLOCK].tolist() == short.arrival_s.tolist()
+    # each rate runs the same requests, rescaled and cut at the duration
+    r = kvsim.max_rate({"ttft_p99": 1.0}, preset="alpaca", duration_s=20, kv_gib=1, rel_tol=0.3)
+    assert (r.curve.requests_total.diff().dropna() >= 0).all()

@@ -1,9 +1,10 @@
 """The highest request rate that meets a latency SLO, and the GPUs that serve a rate.
 
 `max_rate` brackets the rate by doubling or halving from 1 req/s, then narrows the bracket (k-section
-with `workers` runs per round, bisection with one) until it is within `rel_tol`. Poisson traces of
-different rates are different draws, so the curve can be non-monotone near the knee: the answer is the
-highest passing rate below the lowest failing one. Each rate is one run on
+with `workers` runs per round, bisection with one) until it is within `rel_tol`. A preset's rates all
+replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
+duration; a real trace is rescaled likewise. Should the curve still be non-monotone near the knee, the
+answer is the highest passing rate below the lowest failing one. Each rate is one run on
 a Poisson trace of a preset at that rate, or on a real trace with its arrivals rescaled to it. The
 tried rates form the latency-against-rate curve; the first failing rate is the knee, and the summary's
 `limited_by` (time fractions while requests waited) says what held requests back there.
@@ -104,12 +105,39 @@ class RateResult:
 
 def _evaluate(rates: list[float], cfg: SimConfig, workload: dict, trace: Trace | None,
               workers: int) -> list[dict]:
+    """One run per rate: `trace` rescaled to the rate (a real trace: `rate`; the common base trace of a
+    preset: `time_scale` 1/rate, cut at `duration_s`); rows in the order of `rates`."""
     from kvsim.planning.sweep import run_local
 
-    points = [{**workload, "rate": r} for r in rates]
+    key = "rate" if "duration_s" not in workload else "time_scale"
+    points = [{**workload, key: r if key == "rate" else 1.0 / r} for r in rates]
     rows: dict[float, dict] = {}
-    run_local(points, trace, min(workers, len(points)), lambda row: rows.__setitem__(row["rate"], row), cfg)
-    return [rows[r] for r in rates]
+    run_local(points, trace, min(workers, len(points)), lambda row: rows.__setitem__(row[key], row), cfg)
+    return [{**rows[p[key]], "rate": r} for p, r in zip(points, rates)]
+
+
+#: Requests per block of a preset's common base trace (blocks are drawn with seeds derived from the run's).
+BASE_BLOCK = 4096
+
+
+def _base_trace(preset: str, span_s: float, seed: int) -> Trace:
+    """Requests of `preset` with Poisson arrivals at 1 req/s covering at least `span_s` s, built from
+    blocks of BASE_BLOCK requests, each drawn with its own derived seed, so a longer base starts with the
+    same requests as a shorter one. Every rate tried replays it rescaled (common random numbers): the
+    curve moves with the rate, not with a new draw."""
+    import numpy as np
+
+    from kvsim.tracegen import generate
+
+    arrivals, prompts, outputs, t0, k = [], [], [], 0.0, 0
+    while t0 <= span_s:
+        block = generate(preset, rate_rps=1.0, num_requests=BASE_BLOCK, seed=seed * 1_000_003 + k)
+        arrivals.append(block.arrival_s + t0)
+        prompts.append(block.prompt_tokens)
+        outputs.append(block.output_tokens)
+        t0, k = float(arrivals[-1][-1]), k + 1
+    return Trace.from_arrays(np.concatenate(arrivals), np.concatenate(prompts), np.concatenate(outputs),
+                             source=f"{preset}-base-seed{seed}")
 
 
 def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None, *,
@@ -131,12 +159,16 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     if isinstance(trace, str) or (trace is not None and not isinstance(trace, Trace)):
         from kvsim.trace_formats import load_trace
         trace = load_trace(trace)
-    workload = ({"seed": cfg.seed} if trace is not None
-                else {"preset": preset, "duration_s": duration_s, "seed": seed})
+    workload = {"seed": cfg.seed} if trace is not None else {"duration_s": duration_s, "seed": seed}
     tried: dict[float, dict] = {}
+    base: list[Trace] = []
 
     def run(rates: list[float]) -> None:
+        nonlocal trace
         new = [r for r in rates if r not in tried][: max(0, max_runs - len(tried))]
+        if new and "duration_s" in workload and (not base or base[0].arrival_s[-1] < duration_s * max(new)):
+            base[:] = [_base_trace(preset or "sharegpt", duration_s * max(new), seed)]
+            trace = base[0]
         for r, row in zip(new, _evaluate(new, cfg, workload, trace, workers)) if new else ():
             row["meets_slo"] = meets(row, slo)
             tried[r] = row

@@ -73,8 +73,9 @@ def _file_trace(path: str) -> Trace:
 
 
 def workload(point: Mapping[str, Any], trace: Trace | None = None) -> Trace:
-    """The trace a point runs: `trace` (or the point's `trace` path) rescaled by `rate`/`time_scale`,
-    or a Poisson trace of `preset` at `rate` req/s (default 2) for `duration_s` s (default 3600)."""
+    """The trace a point runs: `trace` (or the point's `trace` path) rescaled by `rate`/`time_scale`
+    and cut at `duration_s` s, or a Poisson trace of `preset` at `rate` req/s (default 2) for
+    `duration_s` s (default 3600)."""
     from kvsim.trace import rescale_trace
 
     seed = int(point.get("seed", 0))
@@ -99,6 +100,8 @@ def workload(point: Mapping[str, Any], trace: Trace | None = None) -> Trace:
             tr = rescale_trace(tr, rate_rps=float(point["rate"]))
         if point.get("time_scale") is not None:
             tr = rescale_trace(tr, time_scale=float(point["time_scale"]))
+        if point.get("duration_s") is not None:
+            tr = tr.until(float(point["duration_s"]))
     return tr
 
 
