@@ -117,7 +117,7 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
         flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS}
         cfg = make_config(config, **flags)
         tr = workload(point, trace)
-        result = simulate(tr, cfg)
+        result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
         row.update({**config_row(cfg), **point, **summary_row(result.summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
