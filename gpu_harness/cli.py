@@ -198,3 +198,17 @@ def _predicted_blocks(trace, cfg, expect: Path | None) -> list[int]:
         raise ValueError(f"cannot run the simulator here ({exc}); pass --expect with the steps.csv "
                          "of `kvsim run --out` for the same trace and flags") from None
     return simulate(trace, cfg).steps.used_blocks.tolist()
+
+
+@harness_app.command()
+def bookkeeping(out: Path = typer.Option(Path("bookkeeping.json"), "--out", help="JSON file to write "
+                                         "(format kvsim-bookkeeping/1).")) -> None:
+    """Time block-table building and copying and block allocation on this machine (seconds per entry,
+    per copy, per block) for `kvsim tune-block-size --bookkeeping`."""
+    backend = _backend()
+    from gpu_harness.bookkeeping import time_bookkeeping
+    bk = time_bookkeeping(backend.device)
+    out.write_text(bk.to_json() + "\n")
+    console.print(f"entry {bk.entry_s * 1e9:.1f} ns, copy {bk.copy_fixed_s * 1e6:.1f} us + "
+                  f"{bk.copy_bytes_per_s / 1e9:.2f} GB/s, block alloc/free {bk.alloc_free_s * 1e9:.0f} ns "
+                  f"-> {out}")

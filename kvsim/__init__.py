@@ -13,7 +13,11 @@ The public Python API (what the notebooks use). Names load lazily, so `import kv
 Traces: `load_trace`, `generate_trace`, `rescale_trace`, `Trace`. Runs: `simulate`, `make_config`,
 `RUN_FLAGS`, `summary_row`, `SimConfig`, `CacheConfig`, `SchedulerConfig`, `Deployment`, `ModelSpec`,
 `GpuSpec`, `get_model`, `get_gpu`, `SimResult`. Planning: `run_sweep`, `static_capacity`, `parse_slo`,
-`max_rate`, `RateResult`, `gpus_for_rate`. Each has a docstring with an example.
+`max_rate`, `RateResult`, `gpus_for_rate`, `tune_block_size`, `TuneResult`, `Bookkeeping`,
+`measure_bookkeeping`. Reports: `Report`, `write_report`, `trace_report`, `sweep_report`, `SYSTEMS`
+(the compared systems as run flags) and the figures `plot_memory_breakdown`, `plot_timeline`,
+`plot_latency_vs_rate`, `plot_block_size`, `plot_preemptions`, `plot_bars` (matplotlib Figures).
+Each has a docstring with an example.
 """
 
 from __future__ import annotations
@@ -44,6 +48,21 @@ _EXPORTS = {
     "max_rate": ("kvsim.planning.rate", "max_rate"),
     "RateResult": ("kvsim.planning.rate", "RateResult"),
     "gpus_for_rate": ("kvsim.planning.rate", "gpus_for_rate"),
+    "tune_block_size": ("kvsim.planning.tune", "tune_block_size"),
+    "TuneResult": ("kvsim.planning.tune", "TuneResult"),
+    "Bookkeeping": ("kvsim.planning.bookkeeping", "Bookkeeping"),
+    "measure_bookkeeping": ("kvsim.planning.bookkeeping", "measure"),
+    "Report": ("kvsim.planning.report", "Report"),
+    "write_report": ("kvsim.planning.report", "write_report"),
+    "trace_report": ("kvsim.planning.report_build", "trace_report"),
+    "sweep_report": ("kvsim.planning.report_build", "sweep_report"),
+    "SYSTEMS": ("kvsim.planning.report_build", "SYSTEMS"),
+    "plot_memory_breakdown": ("kvsim.planning.figures", "memory_breakdown"),
+    "plot_timeline": ("kvsim.planning.figures", "timeline"),
+    "plot_latency_vs_rate": ("kvsim.planning.figures", "latency_vs_rate"),
+    "plot_block_size": ("kvsim.planning.figures", "block_size_curve"),
+    "plot_preemptions": ("kvsim.planning.figures", "preemptions"),
+    "plot_bars": ("kvsim.planning.figures", "bars"),
 }
 
 __all__ = sorted([*_EXPORTS, "RUN_FLAGS"])

@@ -16,6 +16,7 @@ import typer
 
 from kvsim.cli_engine import calibrate_engine
 from kvsim.cli_plan import register as register_planning
+from kvsim.cli_report import register as register_reports
 from kvsim.cli_trace import trace_app
 
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them,
@@ -25,6 +26,7 @@ app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LL
 app.add_typer(trace_app, name="trace")
 app.command("calibrate-engine")(calibrate_engine)
 register_planning(app)
+register_reports(app)
 try:  # the harness commands import torch/triton lazily, inside each command
     from gpu_harness.cli import harness_app
     app.add_typer(harness_app, name="harness")

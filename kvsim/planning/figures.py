@@ -1,0 +1,199 @@
+"""Matplotlib figures of capacity-planning results, drawn without pyplot (no global state, no display
+backend: each function returns a `matplotlib.figure.Figure` that `report.py` renders to PNG with Agg).
+
+Inputs are plain data: summaries (DESIGN.md `--json` keys), per-step tables (`SimResult.steps`) and
+tidy DataFrames with one row per run. Memory is shown as fractions of the KV capacity, times in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+#: The five KV states of DESIGN.md's memory accounting, in stacking order, with their colours.
+CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+LABELS = {"token_states": "token states", "reserved": "reserved",
+          "internal_fragmentation": "internal fragmentation",
+          "external_fragmentation": "external fragmentation & others", "free": "free"}
+COLOURS = {"token_states": "#2b8cbe", "reserved": "#fdae61", "internal_fragmentation": "#d7191c",
+           "external_fragmentation": "#7b3294", "free": "#e0e0e0"}
+#: Most points drawn per line of a time series (longer series are thinned evenly).
+MAX_POINTS = 2000
+
+
+def _figure(width: float = 6.4, height: float = 3.6, rows: int = 1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width, height * rows), layout="constrained")
+    axes = fig.subplots(rows, 1, squeeze=False)[:, 0]
+    return fig, list(axes)
+
+
+def memory_breakdown(fractions: Mapping[str, Mapping[str, float]], title: str = "") -> Figure:
+    """Stacked bars, one per system: the time-averaged fraction of KV capacity in each of the five
+    states (`summary["kv"]["mean_fraction"]` per system name).
+
+    >>> import kvsim
+    >>> fig = kvsim.plot_memory_breakdown({"paged": {"token_states": 0.9, "free": 0.1}})
+    >>> [round(p.get_height()) for p in fig.axes[0].patches]      # percent, one bar per state
+    [90, 0, 0, 0, 10]
+    """
+    fig, (ax,) = _figure(max(4.0, 1.1 * len(fractions) + 2.5))
+    names = list(fractions)
+    bottom = np.zeros(len(names))
+    for cat in CATEGORIES:
+        values = np.array([fractions[n].get(cat, 0.0) for n in names]) * 100
+        ax.bar(names, values, bottom=bottom, color=COLOURS[cat], label=LABELS[cat], width=0.6)
+        bottom += values
+    ax.set_ylabel("KV capacity (%, time average)")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.set_title(title or "KV memory breakdown", fontsize=10)
+    return fig
+
+
+def allocated_share(fractions: Mapping[str, float]) -> dict[str, float]:
+    """Token states, reserved and internal fragmentation as shares of the allocated KV (not of capacity):
+    the memory a request holds, split into what it uses and what it wastes."""
+    used = sum(fractions.get(c, 0.0) for c in CATEGORIES[:3])
+    return {c: (fractions.get(c, 0.0) / used if used else 0.0) for c in CATEGORIES[:3]}
+
+
+def _thin(df: pd.DataFrame) -> pd.DataFrame:
+    step = max(1, len(df) // MAX_POINTS)
+    return df.iloc[::step]
+
+
+def timeline(steps: Mapping[str, pd.DataFrame], capacity_tokens: Mapping[str, int] | int,
+             title: str = "") -> Figure:
+    """Two panels against simulated time (s): requests in the batch, and allocated KV (token states +
+    reserved + internal fragmentation) as a fraction of capacity, one line per system.
+
+    >>> import kvsim
+    >>> r = kvsim.simulate(kvsim.generate_trace("alpaca", num_requests=5, seed=0), kv_gib=1)
+    >>> len(kvsim.plot_timeline({"paged": r.steps}, r.summary["kv"]["capacity_tokens"]).axes)
+    2
+    """
+    fig, (top, bottom) = _figure(rows=2, height=2.6)
+    for name, df in steps.items():
+        if df.empty:
+            continue
+        cap = capacity_tokens if isinstance(capacity_tokens, int) else capacity_tokens[name]
+        d = _thin(df)
+        top.plot(d.time_s, d.running, label=name, lw=0.9)
+        used = d.token_states + d.reserved + d.internal_fragmentation
+        bottom.plot(d.time_s, 100 * used / cap, label=name, lw=0.9)
+    top.set_ylabel("batch (requests)")
+    bottom.set_ylabel("KV allocated (%)")
+    bottom.set_ylim(0, 105)
+    bottom.set_xlabel("simulated time (s)")
+    top.legend(fontsize=7, ncols=min(3, max(1, len(steps))))
+    top.set_title(title or "Batch size and KV usage over time", fontsize=10)
+    return fig
+
+
+def latency_vs_rate(df: pd.DataFrame, system: str = "system", rate: str = "rate_rps",
+                    latency: str = "normalized_latency_s_per_token", title: str = "",
+                    ymax: float | None = None) -> Figure:
+    """Normalized latency (s per output token) against request rate (req/s), one line per `system`.
+    `ymax` clips the y axis (the paper's plots stop at 1 s/token) so the knees stay visible.
+
+    >>> import kvsim, pandas as pd
+    >>> df = pd.DataFrame({"system": ["a", "a"], "rate_rps": [1, 2],
+    ...                    "normalized_latency_s_per_token": [0.03, 0.2]})
+    >>> len(kvsim.plot_latency_vs_rate(df).axes[0].lines)
+    1
+    """
+    fig, (ax,) = _figure()
+    for name, g in df.groupby(system, sort=False):
+        g = g.sort_values(rate)
+        ax.plot(g[rate], g[latency], marker="o", ms=3, label=str(name))
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("normalized latency (s/token)")
+    if ymax is not None:
+        ax.set_ylim(0, ymax)
+    ax.legend(fontsize=7)
+    ax.set_title(title or "Normalized latency against request rate", fontsize=10)
+    return fig
+
+
+def block_size_curve(df: pd.DataFrame, title: str = "", recommended: int | None = None) -> Figure:
+    """Against block size (tokens, log2 axis): waste (reserved + internal, % of allocated KV) and mean
+    batch size on top; throughput (tokens/s) and the indirection cost (% of step time) below.
+    Columns: block_size, waste_fraction, mean_batch_size, throughput_tokens_per_s and, when present,
+    indirection_fraction.
+
+    >>> import kvsim, pandas as pd
+    >>> df = pd.DataFrame({"block_size": [8, 16], "waste_fraction": [0.01, 0.02], "mean_batch_size": [30, 29],
+    ...                    "throughput_tokens_per_s": [800, 810]})
+    >>> len(kvsim.plot_block_size(df, recommended=16).axes)      # two panels and the batch axis
+    3
+    """
+    fig, (top, bottom) = _figure(rows=2, height=2.6)
+    d = df.sort_values("block_size")
+    top.plot(d.block_size, 100 * d.waste_fraction, marker="o", ms=3, color="#d7191c", label="waste")
+    top.set_ylabel("waste (% of allocated)", color="#d7191c")
+    twin = top.twinx()
+    twin.plot(d.block_size, d.mean_batch_size, marker="s", ms=3, color="#2b8cbe", label="batch")
+    twin.set_ylabel("mean batch (requests)", color="#2b8cbe")
+    bottom.plot(d.block_size, d.throughput_tokens_per_s, marker="o", ms=3, color="k", label="throughput")
+    bottom.set_ylabel("throughput (tokens/s)")
+    if "indirection_fraction" in d:
+        tb = bottom.twinx()
+        tb.plot(d.block_size, 100 * d.indirection_fraction, marker="^", ms=3, color="#7b3294")
+        tb.set_ylabel("indirection (% of step)", color="#7b3294")
+    for ax in (top, bottom):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(d.block_size), [str(b) for b in d.block_size])
+        if recommended is not None:
+            ax.axvline(recommended, color="#1a9641", ls="--", lw=1)
+    bottom.set_xlabel("block size (tokens)")
+    top.set_title(title or "Waste and throughput against block size", fontsize=10)
+    return fig
+
+
+def bars(values: Mapping[str, float], ylabel: str, title: str, colour: str = "#2b8cbe") -> Figure:
+    """Plain bars, one per system (e.g. mean batched requests, preemptions).
+
+    >>> import kvsim
+    >>> fig = kvsim.plot_bars({"paged": 30.4, "max": 7.0}, "requests", "batch")
+    >>> [float(p.get_height()) for p in fig.axes[0].patches]
+    [30.4, 7.0]
+    """
+    fig, (ax,) = _figure(max(4.0, 1.0 * len(values) + 2.0))
+    ax.bar(list(values), list(values.values()), color=colour, width=0.6)
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def preemptions(counts: Mapping[str, float], title: str = "") -> Figure:
+    """Bars: preemptions per system.
+
+    >>> import kvsim
+    >>> len(kvsim.plot_preemptions({"recompute": 12, "swap": 3}).axes[0].patches)
+    2
+    """
+    return bars(counts, "preemptions", title or "Preemptions per system", "#fdae61")
+
+
+def lines(df: pd.DataFrame, x: str, y: str, hue: str, xlabel: str, ylabel: str, title: str,
+          logx: bool = False) -> Figure:
+    """One line per value of `hue`: `y` against `x` (e.g. latency against block size per preemption
+    mode)."""
+    fig, (ax,) = _figure()
+    for name, g in df.groupby(hue, sort=False):
+        g = g.sort_values(x)
+        ax.plot(g[x], g[y], marker="o", ms=3, label=str(name))
+    if logx:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(df[x].unique())
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=10)
+    return fig

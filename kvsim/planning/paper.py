@@ -1,0 +1,160 @@
+"""The vLLM paper's experiments (Kwon et al., SOSP'23, sections 6.2 and 7) replayed in kvsim.
+
+Setups of the paper's Table 1: OPT-13B on 1 x A100-40GB (12 GiB of KV), OPT-66B on 4 x A100-40GB
+(21 GiB), OPT-175B on 8 x A100-80GB (264 GiB); ShareGPT-like and Alpaca-like Poisson traces. Runs:
+normalized latency against request rate for static batching, contiguous max/pow2/oracle and paged; the
+memory breakdown and mean batched requests per system at one rate; a block-size sweep; recompute against
+swap over block sizes. Every run goes through `run_sweep`. Traces are shorter than the paper's hour
+(`PaperPlan.duration_s`), which softens the latency explosion past capacity but keeps the knee.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from kvsim.planning.runs import run_flags
+from kvsim.planning.sweep import run_sweep
+
+#: The paper's deployments (Table 1) as run flags.
+SETUPS: dict[str, dict] = {
+    "OPT-13B": {"model": "opt-13b", "gpu": "a100-40gb", "tp": 1, "kv_gib": 12},
+    "OPT-66B": {"model": "opt-66b", "gpu": "a100-40gb", "tp": 4, "kv_gib": 21},
+    "OPT-175B": {"model": "opt-175b", "gpu": "a100-80gb", "tp": 8, "kv_gib": 264},
+}
+#: The systems compared, with the paper's names, as run flags.
+SYSTEMS: dict[str, dict] = {
+    "vLLM (paged)": {"allocator": "paged"},
+    "Orca (Oracle)": {"allocator": "contiguous", "reserve": "oracle"},
+    "Orca (Pow2)": {"allocator": "contiguous", "reserve": "pow2"},
+    "Orca (Max)": {"allocator": "contiguous", "reserve": "max"},
+    "FasterTransformer (static)": {"allocator": "contiguous", "reserve": "max", "batching": "static"},
+}
+#: A system's capacity: the rate (interpolated) where its normalized latency first exceeds KNEE_FACTOR
+#: times the lowest normalized latency any system reaches at the lowest rate of the grid.
+KNEE_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class PaperPlan:
+    """What to run: rates (req/s) per (setup, preset), trace length (s), the rate for the breakdown and
+    batch tables per (setup, preset), block sizes (tokens) and the rates of the block-size studies."""
+
+    setups: tuple[str, ...]
+    rates: dict = field(default_factory=dict)           # (setup, preset) -> rates
+    table_rate: dict = field(default_factory=dict)      # (setup, preset) -> rate in `rates`
+    duration_s: float = 300.0
+    block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    block_rate: dict = field(default_factory=dict)      # preset -> rate for OPT-13B block-size sweep
+    swap_rate: float = 3.0                              # ShareGPT rate of the recompute/swap study
+    seed: int = 0
+
+
+FULL = PaperPlan(
+    setups=("OPT-13B", "OPT-66B", "OPT-175B"),
+    rates={("OPT-13B", "sharegpt"): (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0),
+           ("OPT-13B", "alpaca"): (1, 2.5, 5, 10, 20, 30, 35, 40, 50),
+           ("OPT-66B", "sharegpt"): (0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5),
+           ("OPT-66B", "alpaca"): (0.5, 1, 2.5, 5, 10, 15, 20, 25),
+           ("OPT-175B", "sharegpt"): (0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0),
+           ("OPT-175B", "alpaca"): (1, 2.5, 5, 10, 20, 25, 30, 40)},
+    table_rate={("OPT-13B", "sharegpt"): 2.0, ("OPT-13B", "alpaca"): 30,
+                ("OPT-66B", "sharegpt"): 1.0, ("OPT-66B", "alpaca"): 15,
+                ("OPT-175B", "sharegpt"): 2.0, ("OPT-175B", "alpaca"): 20},
+    block_rate={"sharegpt": 2.0, "alpaca": 30},
+)
+QUICK = PaperPlan(
+    setups=("OPT-13B",),
+    rates={("OPT-13B", "sharegpt"): (1.0, 3.0), ("OPT-13B", "alpaca"): (10, 40)},
+    table_rate={("OPT-13B", "sharegpt"): 3.0, ("OPT-13B", "alpaca"): 40},
+    duration_s=30.0, block_sizes=(4, 16, 128), block_rate={"sharegpt": 3.0, "alpaca": 40}, swap_rate=4.0,
+)
+
+
+def engine_profiles() -> tuple[str | None, str | None]:
+    """(main profile, the one shown beside it): ('vllm-2023', 'vllm-v1') where kvsim has engine profiles,
+    else (None, None)."""
+    return ("vllm-2023", "vllm-v1") if "engine_profile" in run_flags() else (None, None)
+
+
+def _sweep(grid: dict, base: dict, workers: int | None) -> pd.DataFrame:
+    df = run_sweep(grid, base, workers=workers)
+    bad = df[df.status != "ok"]
+    if len(bad):
+        raise ValueError(f"paper run failed ({bad.error.iloc[0]}) at {bad.iloc[0].get('run_id')}")
+    return df
+
+
+def capacity(curve: pd.DataFrame, threshold: float) -> float:
+    """Rate (req/s) where normalized latency crosses `threshold`, linear between grid points; the
+    highest rate when it never does, 0.0 when even the lowest rate is above it."""
+    c = curve.sort_values("rate")
+    rates, lat = c.rate.to_numpy(float), c.normalized_latency_s_per_token.to_numpy(float)
+    if lat[0] > threshold:
+        return 0.0
+    for k in range(1, len(rates)):
+        if lat[k] > threshold:
+            w = (threshold - lat[k - 1]) / (lat[k] - lat[k - 1])
+            return float(rates[k - 1] + w * (rates[k] - rates[k - 1]))
+    return float(rates[-1])
+
+
+@dataclass
+class PaperResults:
+    """Every run's row (`curves`, `blocks`, `swap`), the capacities and the wall time (s)."""
+
+    plan: PaperPlan
+    profile: str | None
+    side_profile: str | None
+    curves: pd.DataFrame
+    blocks: pd.DataFrame
+    swap: pd.DataFrame
+    capacities: pd.DataFrame
+    wall_s: float
+
+
+def run_paper(plan: PaperPlan = FULL, workers: int | None = None) -> PaperResults:
+    """Run every experiment of `plan` (each grid with `workers` processes; None: all cores)."""
+    start = time.perf_counter()
+    profile, side = engine_profiles()
+    extra = {"engine_profile": profile} if profile else {}
+    frames = []
+    for setup in plan.setups:
+        for preset in ("sharegpt", "alpaca"):
+            rates = list(plan.rates[(setup, preset)])
+            base = {**SETUPS[setup], "preset": preset, "duration_s": plan.duration_s, "seed": plan.seed,
+                    **extra}
+            for name, flags in SYSTEMS.items():
+                df = _sweep({"rate": rates}, {**base, **flags}, workers)
+                frames.append(df.assign(setup=setup, system=name, profile=profile or "default"))
+            if side:
+                df = _sweep({"rate": rates}, {**base, **SYSTEMS["vLLM (paged)"], "engine_profile": side},
+                            workers)
+                frames.append(df.assign(setup=setup, system=f"vLLM (paged, {side})", profile=side))
+    curves = pd.concat(frames, ignore_index=True)
+    base13 = {**SETUPS["OPT-13B"], "duration_s": plan.duration_s, "seed": plan.seed, **extra,
+              "allocator": "paged"}
+    blocks = pd.concat([_sweep({"block_size": list(plan.block_sizes)},
+                               {**base13, "preset": p, "rate": r}, workers).assign(preset=p)
+                        for p, r in plan.block_rate.items()], ignore_index=True)
+    swap = _sweep({"preemption": ["recompute", "swap"], "block_size": list(plan.block_sizes)},
+                  {**base13, "preset": "sharegpt", "rate": plan.swap_rate}, workers)
+    return PaperResults(plan, profile, side, curves, blocks, swap, capacities(curves),
+                        time.perf_counter() - start)
+
+
+def capacities(curves: pd.DataFrame) -> pd.DataFrame:
+    """One row per (setup, preset, system): capacity (req/s) at KNEE_FACTOR and its ratio to Orca (Max)."""
+    rows = []
+    for (setup, preset), g in curves.groupby(["setup", "preset"], sort=False):
+        low = g[g.rate == g.rate.min()].normalized_latency_s_per_token.min()
+        threshold = KNEE_FACTOR * low
+        caps = {name: capacity(c, threshold) for name, c in g.groupby("system", sort=False)}
+        ref = caps.get("Orca (Max)") or float("nan")
+        for name, cap in caps.items():
+            rows.append({"setup": setup, "preset": preset, "system": name, "capacity_rps": cap,
+                         "threshold_s_per_token": threshold,
+                         "ratio_to_max": cap / ref if ref == ref and ref > 0 else float("nan")})
+    return pd.DataFrame(rows)

@@ -1,0 +1,133 @@
+"""Reports: the folder writer (whole or nothing, refuses an existing folder), figures, and the report,
+tune-block-size and paper commands end to end, bad input included."""
+
+import base64
+import re
+
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from typer.testing import CliRunner
+
+import kvsim
+from kvsim.cli import app
+from kvsim.planning import figures
+from kvsim.planning.paper import QUICK, capacity, run_paper
+from kvsim.planning.paper_report import paper_report
+from kvsim.planning.report import Report, ReportExistsError, write_report
+from kvsim.planning.report_build import sweep_report
+
+runner = CliRunner()
+
+
+def _small_report() -> Report:
+    rep = Report("T")
+    rep.heading("H")
+    rep.paragraph("text with `code` and **bold**\n- item one\n- item two")
+    rep.table("tab", pd.DataFrame({"a": [1, 2], "b": [0.123456, float("nan")]}), "caption")
+    rep.figure("fig", figures.bars({"x": 1.0, "y": 2.0}, "n", "bars"))
+    return rep
+
+
+def test_report_folder_markdown_html_and_data(tmp_path):
+    out = write_report(_small_report(), tmp_path / "r")
+    md = (out / "report.md").read_text()
+    assert "| a | b |\n|---|---|\n| 1 | 0.1235 |\n| 2 | - |" in md
+    assert "![caption](figures/fig.png)" not in md and "![fig](figures/fig.png)" in md
+    html = (out / "report.html").read_text()
+    png = (out / "figures" / "fig.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    # self-contained: the figure is inlined, nothing is loaded from elsewhere
+    assert base64.b64encode(png).decode() in html
+    assert not re.search(r'src="(?!data:)', html)
+    assert "<code>code</code>" in html and "<b>bold</b>" in html and "<li>item two</li>" in html
+    assert pd.read_csv(out / "data" / "tab.csv").a.tolist() == [1, 2]
+
+
+def test_existing_folder_is_refused_unless_forced(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(ReportExistsError, match="exists"):
+        write_report(_small_report(), out)
+    assert (out / "keep.txt").exists()
+    write_report(_small_report(), out, force=True)
+    assert not (out / "keep.txt").exists() and (out / "report.html").exists()
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    rep = _small_report()
+    rep.figure("bad", object())            # not a figure: rendering fails half way
+    with pytest.raises(Exception):
+        write_report(rep, tmp_path / "r")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_breakdown_stacks_the_five_states_to_capacity():
+    fr = {"paged": {"token_states": 0.5, "reserved": 0.1, "internal_fragmentation": 0.0,
+                    "external_fragmentation": 0.0, "free": 0.4}}
+    fig = figures.memory_breakdown(fr)
+    assert isinstance(fig, Figure)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == pytest.approx([50, 10, 0, 0, 40])
+    assert figures.allocated_share(fr["paged"])["token_states"] == pytest.approx(0.5 / 0.6)
+
+
+def test_capacity_interpolates_the_knee():
+    curve = pd.DataFrame({"rate": [1.0, 2.0, 4.0], "normalized_latency_s_per_token": [0.02, 0.03, 0.07]})
+    assert capacity(curve, 0.05) == pytest.approx(3.0)      # 0.03 -> 0.07 crosses 0.05 half way
+    assert capacity(curve, 0.10) == 4.0
+    assert capacity(curve, 0.01) == 0.0
+
+
+def test_sweep_report_from_a_sweep_table(tmp_path):
+    df = kvsim.run_sweep({"block_size": [4, 64], "rate": [2, 8]}, base={"kv_gib": 2, "preset": "alpaca",
+                                                                       "num_requests": 40}, workers=1)
+    rep = sweep_report(df)
+    names = [b[1] for b in rep.blocks if b[0] == "f"]
+    assert names == ["latency_vs_rate", "block_size", "memory_breakdown", "preemptions"]
+    out = write_report(rep, tmp_path / "s")
+    assert "varying: `rate`, `block_size`" in (out / "report.md").read_text()
+
+
+def test_paper_quick_writes_every_section(tmp_path):
+    res = run_paper(QUICK, workers=1)
+    assert set(res.curves.system) >= {"vLLM (paged)", "Orca (Oracle)", "Orca (Pow2)", "Orca (Max)",
+                                      "FasterTransformer (static)"}
+    caps = res.capacities.set_index(["preset", "system"]).capacity_rps
+    # memory-bound ShareGPT-like at 3 req/s: paged keeps the highest capacity, max the lowest
+    assert caps["sharegpt", "vLLM (paged)"] >= caps["sharegpt", "Orca (Oracle)"] >= caps["sharegpt", "Orca (Max)"]
+    out = write_report(paper_report(res), tmp_path / "p")
+    md = (out / "report.md").read_text()
+    for heading in ("Capacity", "Memory breakdown", "Block size", "Recompute against swap", "Published",
+                    "Where we differ"):
+        assert heading in md
+
+
+def test_cli_tune_block_size_and_bad_input(tmp_path):
+    res = runner.invoke(app, ["tune-block-size", "--preset", "alpaca", "--rate", "10", "--num-requests", "60",
+                              "--kv-gib", "1", "--block-sizes", "4,16,64", "--workers", "1",
+                              "--json", str(tmp_path / "t.json"), "--report", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    assert "recommended block size" in res.output
+    assert (tmp_path / "rep" / "report.html").exists() and (tmp_path / "t.json").exists()
+    bad = runner.invoke(app, ["tune-block-size", "--preset", "alpaca", "--block-sizes", "4,x"])
+    assert bad.exit_code == 2 and "--block-sizes" in bad.output
+    again = runner.invoke(app, ["tune-block-size", "--preset", "alpaca", "--report", str(tmp_path / "rep")])
+    assert again.exit_code == 2 and "exists" in again.output
+
+
+def test_cli_report_refuses_existing_folder_and_reports_a_sweep(tmp_path):
+    (tmp_path / "r").mkdir()
+    res = runner.invoke(app, ["report", "--preset", "alpaca", "-o", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "--force" in res.output
+    res = runner.invoke(app, ["report", "--sweep", str(tmp_path / "missing"), "-o", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "no sweep table" in res.output
+    res = runner.invoke(app, ["report", "--preset", "alpaca", "--num-requests", "40", "--kv-gib", "1",
+                              "--rates", "5,20", "--block-sizes", "", "--workers", "1", "-o",
+                              str(tmp_path / "t")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "t" / "report.md").read_text()
+    assert "Latency against request rate" in md and "Block size" not in md
+    res = runner.invoke(app, ["paper", "--quick", "-o", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "exists" in res.output
