@@ -129,6 +129,9 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
         max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
+        swap_multi_seq: bool = typer.Option(False, "--swap-multi-seq", help="Preempt requests with more "
+                                            "than one sequence (n > 1, beams) by swap even under "
+                                            "--preemption recompute (vLLM 2023)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
         quiet: bool = QuietOpt) -> None:
@@ -144,7 +147,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
                                          placement=placement.value),
-                      scheduler=replace(cfg.scheduler, batching=batching.value))
+                      scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq))
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
                 and not quiet:

@@ -21,13 +21,17 @@ from kvsim.trace import Trace
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap).
-    `static` runs `kvsim.static_batching.StaticScheduler` instead (chosen by `build_run`)."""
+    `static` runs `kvsim.static_batching.StaticScheduler` instead (chosen by `build_run`).
+    `swap_multi_seq`: requests with more than one sequence (n > 1, beams) are preempted by swap even
+    under recompute (vLLM 2023: diverged samples cannot be recomputed as one prompt); recomputing them
+    re-prefills the prompt once and each sample's own outputs (docs/sharing.md)."""
 
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
     chunked_prefill: bool = False
     preemption: str = "recompute"
     batching: str = "continuous"
+    swap_multi_seq: bool = False
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_batched_tokens < 1:

@@ -146,7 +146,7 @@ class Scheduler(SchedulerBase):
     def _prefill_chunk(self, i: int, plan: StepPlan, budget: int) -> int:
         chunk = min(self.prefill_left[i], budget) if self.cfg.chunked_prefill else self.prefill_left[i]
         self.prefill_left[i] -= chunk
-        context = self.kv_len[i] - self.prefill_left[i]
+        context = max(self.kv_len[i] - self.prefill_left[i], chunk)   # (n > 1 recompute: an estimate)
         plan.prefills.append((i, chunk))
         plan.prefill_tokens += chunk
         plan.prefill_attn_tokens += chunk * context
@@ -166,19 +166,22 @@ class Scheduler(SchedulerBase):
                 break
             seqs = self.seq_ids(i)
             ids = self.block_ids(i) if self.block_ids else ()
-            if not alloc.can_allocate(need, final, ids, seqs[0]):
+            # diverged samples (recompute of n > 1): the prompt once, then each sample its own outputs
+            own = self.generated[i] if len(seqs) > 1 else 0
+            base = need - own
+            if not alloc.can_allocate(base, final, ids, seqs[0]):
                 break
-            compute = need - alloc.cached_tokens(need, ids, seqs[0])
+            compute = base - alloc.cached_tokens(base, ids, seqs[0]) + own * len(seqs)
             if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
-            hold = need if self.n[i] > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
-            cached = alloc.allocate(seqs[0], need, final, ids, hold)
-            if not self._fork_samples(seqs):
+            hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
+            cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
+            if not self._fork_samples(seqs) or (own and not self._regrow(seqs, own)):
                 break
             plan.allocated.append((seqs[0], cached))
             plan.forked.extend((seqs[0], s) for s in seqs[1:])
             self.waiting.popleft()
-            self.kv_len[i], self.prefill_left[i] = need, need - cached
+            self.kv_len[i], self.prefill_left[i] = need, compute
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
                 self.prefix_hit_tokens += cached
@@ -198,6 +201,17 @@ class Scheduler(SchedulerBase):
             self.alloc.fork(seqs[0], s)
         return True
 
+    def _regrow(self, seqs: range, tokens: int) -> bool:
+        """Give each forked sample back its own `tokens` generated slots (copy-on-write of the shared
+        partly filled prompt block); undo all and return False when they do not fit."""
+        for s in seqs:
+            if not self.alloc.can_append(s, tokens):
+                for t in seqs:
+                    self.alloc.free(t)
+                return False
+            self.alloc.append(s, tokens)
+        return True
+
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
         self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
@@ -209,7 +223,8 @@ class Scheduler(SchedulerBase):
         plan.preempted.append(i)
         plan.freed.extend(self.seq_ids(i))
         tokens = self.kv_len[i] * self.n[i]
-        if (self.cfg.preemption == "swap" and not self.prefill_left[i]
+        swap = self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1)
+        if (swap and not self.prefill_left[i]
                 and self.swap_used + tokens <= self.swap_tokens):
             self.swap_used += tokens
             plan.swap_tokens += tokens
