@@ -26,7 +26,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def _try_allocate(self, num_tokens, final_tokens, **kwargs):
         seq = self.next_id
         self.next_id += 1
-        if self.alloc.can_allocate(num_tokens, final_tokens):
+        if self.alloc.can_allocate(num_tokens, final_tokens, kwargs.get("block_hashes", ()), seq):
             cached = self.alloc.allocate(seq, num_tokens, final_tokens, **kwargs)
             assert 0 <= cached <= num_tokens - 1 and cached % self.alloc.block_size == 0
             if cached:

@@ -54,12 +54,12 @@ class Allocator(Protocol):
         holds `final_tokens`; more than `capacity_tokens` means it can never be served."""
 
     def can_allocate(self, num_tokens: int, final_tokens: int, block_hashes: Sequence[int] = (),
-                     seq_id: int = 0) -> bool:
+                     seq_id: int | None = None) -> bool:
         """Whether a new sequence of `num_tokens` slots (peak `final_tokens`) fits whole now, its
         prefix-cache hits counted (`block_hashes`: content ids of its shareable full blocks; `seq_id`:
         the id it will have, which names its other blocks)."""
 
-    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
         """Leading tokens of such a sequence a prefix cache holds now (0 without one)."""
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,

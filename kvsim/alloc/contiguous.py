@@ -77,11 +77,11 @@ class ContiguousAllocator:
         return self._tokens[seq_id]
 
     def can_allocate(self, num_tokens: int, final_tokens: int, block_hashes: Sequence[int] = (),
-                     seq_id: int = 0) -> bool:
+                     seq_id: int | None = None) -> bool:
         """Whether the policy's reservation fits in one free extent now."""
         return self._pool.fits(self._reservation(num_tokens, final_tokens))
 
-    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
         """0: prefix caching is not modelled for contiguous reservations."""
         return 0
 

@@ -74,9 +74,10 @@ class PagedAllocator(PagedStats, PagedWindows):
     # ---- allocate / fork / free ----------------------------------------------------------------
 
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
-                     seq_id: int = 0) -> bool:
+                     seq_id: int | None = None) -> bool:
         """Whether a sequence of `num_tokens` slots fits now, its prefix-cache hits counted (the blocks
-        it misses plus the evictable blocks it hits must be free). `seq_id`: the id it will have."""
+        it misses plus the evictable blocks it hits must be free). `seq_id`: the id it will have (None: its
+        own earlier blocks are not looked up)."""
         return self._hits_cost(num_tokens, block_hashes, seq_id)[1] <= self.num_free_blocks
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,

@@ -42,7 +42,7 @@ class PagedStats:
         shared = num_tokens // bs * bs
         return shared + num_seqs * (-(-max(final_tokens, num_tokens) // bs) * bs - shared)
 
-    def _prefix(self, num_tokens: int, block_hashes: Sequence[int], salt: int) -> tuple[list[int], list[int]]:
+    def _prefix(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> tuple[list[int], list[int]]:
         """(chained hashes of the shareable content ids, cache hits) for a sequence of `num_tokens` slots:
         the longest cached run of its full blocks' hashes (shareable ones, then its own by `salt`), at
         most floor((num_tokens - 1) / block_size) blocks (the last token is always computed)."""
@@ -53,18 +53,18 @@ class PagedStats:
         hashes = self._chained[1]
         max_hits = (num_tokens - 1) // self.block_size
         hits = self._cache.lookup(hashes, max_hits)
-        if len(hits) == len(hashes) < max_hits:   # past the shareable blocks: its own earlier blocks
+        if salt is not None and len(hits) == len(hashes) < max_hits:   # then its own earlier blocks
             hits += self._cache.lookup(unique_hashes(salt, len(hashes), max_hits), max_hits - len(hashes))
         return hashes, hits
 
-    def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int) -> tuple[int, int]:
+    def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> tuple[int, int]:
         """(cached tokens, free blocks needed) to allocate a sequence of `num_tokens` slots now: a hit
         on an evictable block takes it out of the free blocks too (vLLM counts it the same way)."""
         _, hits = self._prefix(num_tokens, block_hashes, salt)
         evictable = sum(self._cache.is_evictable(b) for b in hits) if hits else 0
         return len(hits) * self.block_size, -(-num_tokens // self.block_size) - len(hits) + evictable
 
-    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int = 0) -> int:
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
         """Leading tokens of a sequence of `num_tokens` slots the prefix cache holds now (whole
         blocks, at most floor((num_tokens - 1) / block_size) of them). Changes nothing."""
         return self._hits_cost(num_tokens, block_hashes, seq_id)[0]
