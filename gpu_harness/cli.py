@@ -13,7 +13,10 @@ from pathlib import Path
 
 import typer
 
-harness_app = typer.Typer(help="Triton KV-cache kernels on a GPU (or the CPU interpreter): "
+from kvsim.cli_errors import KvsimGroup
+from kvsim.files import check_output_file, write_text_atomic
+
+harness_app = typer.Typer(cls=KvsimGroup, help="Triton KV-cache kernels on a GPU (or the CPU interpreter): "
                                "correctness check and cost calibration. Needs the gpu extra.",
                           no_args_is_help=True)
 
@@ -80,6 +83,8 @@ def calibrate(out: Path = typer.Option(Path("calibration.json"), "--out", help="
     """
     from gpu_harness import bench
     from kvsim.specs import get_gpu
+    out.parent.mkdir(parents=True, exist_ok=True)
+    check_output_file(out, "--out")
     if gpu is not None:
         try:
             get_gpu(gpu)
@@ -90,8 +95,7 @@ def calibrate(out: Path = typer.Option(Path("calibration.json"), "--out", help="
     from gpu_harness.calibrate import calibrate as run_calibration
     preset = gpu if gpu is not None else (None if backend.interpret else bench.guess_gpu_preset(backend.name))
     doc = run_calibration(backend, preset, quick=quick, seed=seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
     _print_summary(doc, preset)
     _console().print(f"wrote {out}")
 
@@ -148,6 +152,8 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
     from kvsim.specs import Deployment, get_gpu, get_model
     from kvsim.trace_formats import load_trace
     try:
+        if json_out is not None:
+            check_output_file(json_out, "--json")
         dep = Deployment(get_model(model), get_gpu(gpu), tp)
         cfg = SimConfig(dep, CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
                                          prefix_caching=prefix_caching),
@@ -178,7 +184,7 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
         table.add_row(name, str(value))
     _console().print(table)
     if json_out is not None:
-        json_out.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
+        write_text_atomic(json_out, json.dumps({**asdict(report), "ok": report.ok}, indent=2))
     if not report.ok:
         raise typer.Exit(1)
 

@@ -21,7 +21,10 @@ from kvsim.cli_trace import trace_app
 
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them,
 # so `kvsim --help` loads typer and little else (plain help, no rich markup).
-app = typer.Typer(help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
+from kvsim.cli_errors import KvsimGroup
+from kvsim.files import check_output_file, check_output_folder, write_text_atomic
+
+app = typer.Typer(cls=KvsimGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 app.add_typer(trace_app, name="trace")
 app.command("calibrate-engine")(calibrate_engine)
@@ -142,6 +145,10 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
 
     steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
+        if out is not None:
+            check_output_folder(out, "--out")
+        if json_out is not None:
+            check_output_file(json_out, "--json")
         cfg = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len)
@@ -165,7 +172,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
-        json_out.write_text(json.dumps(result.summary, indent=2))
+        write_text_atomic(json_out, json.dumps(result.summary, indent=2))
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
@@ -199,6 +206,8 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
 
     summaries = {}
     try:
+        if json_out is not None:
+            check_output_file(json_out, "--json")
         base = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                       max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                       prefix_caching, calibration, force_calibration, 0, kv_cache_dtype, max_model_len)
@@ -215,6 +224,8 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                 json_out.write_text(json.dumps(summaries, indent=2))
     except ValueError as exc:
         error(str(exc))
+    if json_out is not None:
+        write_text_atomic(json_out, json.dumps(summaries, indent=2))
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
                          f"{base.deployment.tp} x {base.deployment.gpu.name}")

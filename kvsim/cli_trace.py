@@ -14,6 +14,9 @@ from typing import Iterator, Optional
 
 import typer
 
+from kvsim.cli_errors import USER_ERRORS, describe
+from kvsim.files import check_output_file, write_text_atomic
+
 trace_app = typer.Typer(help="Make, convert and describe request traces (JSONL, one request per line).",
                         no_args_is_help=True)
 
@@ -29,8 +32,8 @@ def _user_errors() -> Iterator[None]:
     """Turn bad input (TraceError and other ValueErrors, unreadable files) into exit status 2."""
     try:
         yield
-    except (ValueError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
+    except USER_ERRORS as e:
+        typer.echo(f"error: {describe(e)}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -53,6 +56,7 @@ def gen(
     from kvsim.tracegen import generate
 
     with _user_errors():
+        check_output_file(out, "-o")
         trace = generate(preset, rate_rps=rate, duration_s=duration, num_requests=num_requests, n=n,
                          beam_width=beam_width, max_len=max_len, shared_prefix_tokens=shared_prefix,
                          seed=seed)
@@ -87,6 +91,7 @@ def convert(
     from kvsim.trace_jsonl import write_jsonl
 
     with _user_errors():
+        check_output_file(out, "-o")
         if rate is not None and time_scale is not None:
             raise ValueError("give --rate or --time-scale, not both")
         trace, report = read_trace(src, format)
@@ -147,10 +152,12 @@ def stats(
     from kvsim.trace_formats import read_trace
 
     with _user_errors():
+        if json_out is not None:
+            check_output_file(json_out, "--json")
         trace, _ = read_trace(trace_path, format, hash_block_size=hash_block_size)
         s = trace.summary()
         if json_out is not None:
-            json_out.write_text(json.dumps(s, indent=2) + "\n")
+            write_text_atomic(json_out, json.dumps(s, indent=2) + "\n")
     table, lines = _stats_table(s)
     console = Console()
     console.print(table)

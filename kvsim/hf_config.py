@@ -45,6 +45,25 @@ def weight_bytes_per_param(quant: dict, where: str) -> float:
     raise ValueError(f"{where}: quantization_config.quant_method {method!r} is not known; known: {known}")
 
 
+#: Integer fields read from a config: shapes must be >= 1, counts and optional sizes >= 0.
+_SHAPES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
+           "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "max_position_embeddings",
+           "n_positions", "max_seq_len", "vocab_size")
+_COUNTS = ("intermediate_size", "ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+           "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
+           "first_k_dense_replace")
+
+
+def _check_integers(cfg: dict, path: Path) -> None:
+    """ValueError naming the file and field for an integer field that is not a JSON integer in range
+    (a string "32", 32.0, 0 heads); null means absent."""
+    for key in _SHAPES + _COUNTS:
+        value = cfg.get(key)
+        low = 1 if key in _SHAPES else 0
+        if value is not None and (type(value) is not int or value < low):
+            raise ValueError(f"{path}: field {key!r} must be an integer >= {low}, got {json.dumps(value)}")
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """A ModelSpec from a Hugging Face `config.json` (or a folder holding one): LLaMA/Mistral/Qwen,
     Mixtral and Qwen-MoE, and OPT key names."""
@@ -57,6 +76,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise ValueError(f"{path}: cannot read model config: {exc}") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: a model config must be a JSON object")
+    _check_integers(cfg, path)
 
     def need(*keys):
         for key in keys:
@@ -106,7 +126,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if quant is not None:
         if not isinstance(quant, dict):
             raise ValueError(f"{path}: field 'quantization_config' must be an object")
-        wbytes = weight_bytes_per_param(quant, str(path))
+        try:
+            wbytes = weight_bytes_per_param(quant, str(path))
+        except (TypeError, AttributeError, ZeroDivisionError) as exc:
+            raise ValueError(f"{path}: field 'quantization_config' is malformed ({exc})") from None
     name = cfg.get("_name_or_path") or path.parent.name or path.stem
     return ModelSpec(str(name), layers, hidden, heads, kv_heads, head_dim, dtype_bytes, max_len,
                      float(params), active_params=float(active) if experts else None,

@@ -13,6 +13,8 @@ from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
+from kvsim.files import atomic_write, result_folder, write_text_atomic
+
 #: Wide enough for `kvsim compare`'s five columns even when output is not a terminal.
 console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True)
@@ -148,13 +150,21 @@ class StepsCsv:
 
 
 def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | None = None) -> None:
-    """`summary.json`, `config.json`, `requests.csv` and `steps.csv` into folder `out` (`steps_csv`:
-    the steps were streamed there during the run)."""
-    out.mkdir(parents=True, exist_ok=True)
-    if steps_csv is not None:
-        steps_csv.commit()
-    else:
-        result.steps.to_csv(out / "steps.csv", index=False)
-    result.requests.to_csv(out / "requests.csv", index=False)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
+    """`steps.csv`, `requests.csv`, `config.json` and last `summary.json` into folder `out`, each file
+    whole; the folder says INCOMPLETE until all are written (kvsim.files.result_folder). `steps_csv`:
+    the steps were streamed there during the run (its temporary file goes if writing fails)."""
+    try:
+        with result_folder(out) as folder:
+            if steps_csv is not None:
+                steps_csv.commit()
+            else:
+                with atomic_write(folder / "steps.csv", newline="") as f:
+                    result.steps.to_csv(f, index=False)
+            with atomic_write(folder / "requests.csv", newline="") as f:
+                result.requests.to_csv(f, index=False)
+            write_text_atomic(folder / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
+            write_text_atomic(folder / "summary.json", json.dumps(result.summary, indent=2))
+    except BaseException:
+        if steps_csv is not None:
+            steps_csv.discard()
+        raise

@@ -17,13 +17,14 @@ conversion changed). Conventions, the same for every reader:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from kvsim.trace import Trace, TraceError
+from kvsim.trace import DuplicateKeyError, Trace, TraceError, check_trace_file, text_lines, unique_keys
 from kvsim.trace_jsonl import read_jsonl
 from kvsim.tracegen import poisson_arrivals
 
@@ -47,15 +48,17 @@ class ConversionReport:
 
 def detect_format(path: str | Path) -> str:
     """The format of `path` from its first non-blank line: a JSON object's keys or a CSV header."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                break
-        else:
-            raise TraceError(f"{path}:1: empty file, no requests")
+    path = Path(path)
+    for lineno, line in text_lines(path):
+        if line.strip():
+            break
+    else:
+        raise TraceError(f"{path}:1: empty file, no requests")
     if line.lstrip().startswith("{"):
         try:
-            keys = json.loads(line).keys()
+            keys = json.loads(line, object_pairs_hook=unique_keys).keys()
+        except DuplicateKeyError as e:
+            raise TraceError(f"{path}:{lineno}: field {e.key!r} appears twice in one request") from None
         except (json.JSONDecodeError, AttributeError):
             raise TraceError(f"{path}:{lineno}: malformed JSON, cannot detect the format") from None
         if "input_length" in keys or "hash_ids" in keys:
@@ -80,6 +83,7 @@ def read_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; known: {', '.join(FORMATS)}")
     path = Path(path)
+    check_trace_file(path)
     fmt = detect_format(path) if format == "auto" else format
     if rate is not None and fmt != "vidur":
         raise TraceError(f"{path}: rate applies only to files without timestamps (vidur lengths files)")
@@ -116,9 +120,13 @@ def load_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, dtype=str, skipinitialspace=True)
+        frame = pd.read_csv(path, dtype=str, skipinitialspace=True, encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        for _ in text_lines(path):     # raises, naming the line of the first byte that is not UTF-8
+            pass
+        raise TraceError(f"{path}: not UTF-8 text") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise TraceError(f"{path}: unreadable CSV: {e}") from None
+        raise TraceError(f"{path}: unreadable CSV: {' '.join(str(e).split())}") from None
     for col in columns:
         if col not in frame:
             raise TraceError(f"{path}:1: missing column {col!r} (expected {','.join(columns)})")
@@ -172,35 +180,39 @@ def _finish(path: Path, fmt: str, seconds: np.ndarray, prompt: pd.Series, output
 def _read_mooncake(path: Path) -> tuple[Trace, ConversionReport]:
     """Mooncake JSONL; line numbers are 1-based and count every line (no header)."""
     stamps, prompt, output, hashes = [], [], [], []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-                row = [rec[k] for k in ("timestamp", "input_length", "output_length")]
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            except (KeyError, TypeError) as e:
-                raise TraceError(f"{where}: missing required field {e.args[0]!r}") from None
-            for key, v in zip(("timestamp", "input_length", "output_length"), row):
-                if type(v) not in (int, float) or v < 0 or (key != "timestamp" and v != int(v)):
-                    raise TraceError(f"{where}: field {key!r} must be a number >= 0"
-                                     f"{'' if key == 'timestamp' else ' (integer tokens)'}, got {json.dumps(v)}")
-            h = rec.get("hash_ids") or []
-            if not isinstance(h, list) or any(type(x) is not int for x in h):
-                raise TraceError(f"{where}: field 'hash_ids' must be a list of integers")
-            if len(h) > -(-row[1] // MOONCAKE_HASH_BLOCK_SIZE):
-                raise TraceError(f"{where}: field 'hash_ids' has {len(h)} entries, more than the "
-                                 f"{-(-row[1] // MOONCAKE_HASH_BLOCK_SIZE)} blocks of 512 tokens in the prompt")
-            if stamps and row[0] < stamps[-1]:
-                raise TraceError(f"{where}: field 'timestamp' must be non-decreasing, got {row[0]} ms "
-                                 f"after {stamps[-1]} ms")
-            stamps.append(row[0])
-            prompt.append(row[1])
-            output.append(row[2])
-            hashes.append(h)
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            rec = json.loads(line, object_pairs_hook=unique_keys)
+            if not isinstance(rec, dict):
+                raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+            row = [rec[k] for k in ("timestamp", "input_length", "output_length")]
+        except DuplicateKeyError as e:
+            raise TraceError(f"{where}: field {e.key!r} appears twice in one request") from None
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+        except KeyError as e:
+            raise TraceError(f"{where}: missing required field {e.args[0]!r}") from None
+        for key, v in zip(("timestamp", "input_length", "output_length"), row):
+            if (type(v) not in (int, float) or not math.isfinite(v) or v < 0
+                    or (key != "timestamp" and v != int(v))):
+                raise TraceError(f"{where}: field {key!r} must be a number >= 0"
+                                 f"{'' if key == 'timestamp' else ' (integer tokens)'}, got {json.dumps(v)}")
+        h = rec.get("hash_ids") or []
+        if not isinstance(h, list) or any(type(x) is not int for x in h):
+            raise TraceError(f"{where}: field 'hash_ids' must be a list of integers")
+        if len(h) > -(-row[1] // MOONCAKE_HASH_BLOCK_SIZE):
+            raise TraceError(f"{where}: field 'hash_ids' has {len(h)} entries, more than the "
+                             f"{-(-row[1] // MOONCAKE_HASH_BLOCK_SIZE)} blocks of 512 tokens in the prompt")
+        if stamps and row[0] < stamps[-1]:
+            raise TraceError(f"{where}: field 'timestamp' must be non-decreasing, got {row[0]} ms "
+                             f"after {stamps[-1]} ms")
+        stamps.append(row[0])
+        prompt.append(row[1])
+        output.append(row[2])
+        hashes.append(h)
     if not stamps:
         raise TraceError(f"{path}:1: empty file, no requests")
     seconds = (np.array(stamps, dtype=np.float64) - stamps[0]) / 1000.0

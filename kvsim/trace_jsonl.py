@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsim.trace import Trace, TraceError
+from kvsim.files import atomic_write
+from kvsim.trace import DuplicateKeyError, Trace, TraceError, text_lines, unique_keys
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("id", "n", "beam_width", "prefix_group", "prefix_tokens", "block_hashes")
@@ -66,9 +67,10 @@ def _mooncake_blocks(trace: Trace) -> bool:
 
 
 def write_jsonl(trace: Trace, path: str | Path) -> None:
-    """Write `trace` as kvsim JSONL; optional fields appear only where they differ from their default."""
+    """Write `trace` as kvsim JSONL, whole or not at all; optional fields appear only where they differ
+    from their default."""
     has_ids, groups = trace.ids is not None, trace.prefix_group
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for start in range(0, len(trace), _CHUNK_LINES):
             rows = range(start, min(start + _CHUNK_LINES, len(trace)))
             arrival, prompt, output = (trace.arrival_s[rows.start:rows.stop].tolist(),
@@ -99,10 +101,16 @@ def _types(values: list) -> set[type]:
 def _read_fast(path: Path, hbs: int | None) -> Trace:
     cols: dict[str, list] = {k: [] for k in REQUIRED + OPTIONAL}
     lengths: list[np.ndarray] = []
-    with open(path, encoding="utf-8") as f:
-        while lines := list(islice(f, _CHUNK_LINES)):
+    with open(path, encoding="utf-8-sig") as f:
+        while True:
             try:
-                recs = json.loads("[" + ",".join(lines) + "]")
+                lines = list(islice(f, _CHUNK_LINES))
+            except UnicodeDecodeError as e:
+                raise _Fallback from e
+            if not lines:
+                break
+            try:
+                recs = json.loads("[" + ",".join(lines) + "]", object_pairs_hook=unique_keys)
                 keys = set().union(*recs)
                 if len(recs) != len(lines) or not keys <= KNOWN:
                     raise _Fallback
@@ -189,29 +197,30 @@ def _read_by_line(path: Path, hbs: int | None) -> Trace:
     cols: dict[str, list] = {k: [] for k in REQUIRED + OPTIONAL}
     seen_ids: dict[str, int] = {}
     last_arrival, last_line = 0.0, 0
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(rec, dict):
-                raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-            row = _check_record(rec, where, hbs)
-            if row["arrival_s"] < last_arrival:
-                raise TraceError(f"{where}: field 'arrival_s' must be non-decreasing, got "
-                                 f"{row['arrival_s']!r} after {last_arrival!r} on line {last_line}")
-            last_arrival, last_line = row["arrival_s"], lineno
-            rid = row["id"] if row["id"] is not None else str(len(cols["arrival_s"]) + 1)
-            if rid in seen_ids:
-                raise TraceError(f"{where}: field 'id': {rid!r} is already the id of line {seen_ids[rid]} "
-                                 "(a request without an id is named by its 1-based position)")
-            seen_ids[rid] = lineno
-            for k, v in row.items():
-                cols[k].append(v)
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            rec = json.loads(line.rstrip("\r\n"), object_pairs_hook=unique_keys)
+        except DuplicateKeyError as e:
+            raise TraceError(f"{where}: field {e.key!r} appears twice in one request") from None
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(rec, dict):
+            raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        row = _check_record(rec, where, hbs)
+        if row["arrival_s"] < last_arrival:
+            raise TraceError(f"{where}: field 'arrival_s' must be non-decreasing, got "
+                             f"{row['arrival_s']!r} after {last_arrival!r} on line {last_line}")
+        last_arrival, last_line = row["arrival_s"], lineno
+        rid = row["id"] if row["id"] is not None else str(len(cols["arrival_s"]) + 1)
+        if rid in seen_ids:
+            raise TraceError(f"{where}: field 'id': {rid!r} is already the id of line {seen_ids[rid]} "
+                             "(a request without an id is named by its 1-based position)")
+        seen_ids[rid] = lineno
+        for k, v in row.items():
+            cols[k].append(v)
     if not cols["arrival_s"]:
         raise TraceError(f"{path}:1: no requests (field 'arrival_s' never seen)")
     return _build(cols, hbs, path, strict=False)

@@ -1,0 +1,115 @@
+"""Output files written whole or not at all, and output paths checked before any work is done.
+
+Every file kvsim writes goes through `atomic_write` (or `write_text_atomic`): the content goes to a
+temporary file in the target folder, which is renamed onto the target only when complete, so an
+error or Ctrl-C leaves the old file or none, never a cut-off one. A result folder (`result_folder`)
+holds an `INCOMPLETE` marker from before its first file is replaced until after its last one
+(`summary.json`) is in place: a folder is a complete result exactly when it has `summary.json` and
+no marker. `check_output_file` / `check_output_folder` refuse a path that cannot be written, naming
+the flag, before a simulation spends minutes on a result it could not save.
+
+Plain Python (no typer, no SimPy): the CLI, the planning tools and the GPU harness all use it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, Iterator
+
+#: The file that marks a result folder as not (yet) complete.
+INCOMPLETE_MARKER = "INCOMPLETE"
+_MARKER_TEXT = ("kvsim has not finished writing this folder (it failed, was interrupted, or is still "
+                "running); its files are not one complete result.\n")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()     # what open(path, "w") would give a new file
+
+
+@contextmanager
+def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None) -> Iterator[IO]:
+    """Open a temporary file beside `path` for writing; when the block ends normally it replaces
+    `path` in one rename, on any error (or KeyboardInterrupt) it is deleted and `path` is untouched."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding,
+                       newline=None if "b" in mode else newline) as f:
+            yield f
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """`path.write_text(text)`, whole or not at all."""
+    with atomic_write(path) as f:
+        f.write(text)
+
+
+def _probe(folder: Path, what: str) -> None:
+    """Create and delete a temporary file in `folder` (the one sure test that it can be written)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".kvsim-probe.", suffix=".tmp")
+    except OSError as exc:
+        raise ValueError(f"{what}: cannot write in {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def check_output_file(path: str | Path, flag: str) -> None:
+    """ValueError naming `flag` unless a file can be written at `path` (its folder exists and is
+    writable, and `path` is not a folder)."""
+    path = Path(path)
+    what = f"{flag} {path}"
+    if path.is_dir():
+        raise ValueError(f"{what}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{what}: folder {path.parent} does not exist")
+    _probe(path.parent, what)
+
+
+def check_output_folder(path: str | Path, flag: str) -> None:
+    """ValueError naming `flag` unless `path` is a writable folder or can be created as one (its
+    nearest existing ancestor is a writable folder); creates nothing."""
+    path = Path(path)
+    what = f"{flag} {path}"
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what}: exists and is not a folder")
+    ancestor = path
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{what}: {ancestor} is a file, not a folder")
+    _probe(ancestor, what)
+
+
+@contextmanager
+def result_folder(path: str | Path, last: str = "summary.json") -> Iterator[Path]:
+    """Create folder `path` if needed and mark it INCOMPLETE (dropping an older `last` file) before the
+    caller writes its files with `atomic_write`, `last` last; the marker goes only when the block ends
+    normally, so a failure or Ctrl-C anywhere leaves a folder that says it is incomplete."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path / INCOMPLETE_MARKER, _MARKER_TEXT)
+    (path / last).unlink(missing_ok=True)
+    yield path
+    (path / INCOMPLETE_MARKER).unlink()
+
+
+def is_complete_result(path: str | Path, last: str = "summary.json") -> bool:
+    """Whether folder `path` holds a complete result: its `last` file and no INCOMPLETE marker."""
+    path = Path(path)
+    return (path / last).is_file() and not (path / INCOMPLETE_MARKER).exists()
