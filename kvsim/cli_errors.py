@@ -16,10 +16,12 @@ import traceback
 
 import click
 import typer
+import typer.exceptions
 from typer.core import TyperGroup
 
 #: How click and typer end a command on purpose (passed through untouched).
-_CONTROL = (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort)
+_CONTROL = (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort,
+            typer.exceptions.TyperException)    # typer's own click: usage errors, bad parameters
 
 #: What a user can cause with bad input; anything else reaching the top is a bug.
 USER_ERRORS = (ValueError, OSError)
