@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean
+.PHONY: run test test-long install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# release checks: allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs, the
+# 100,000-request memory ceiling (minutes)
+test-long: $(STAMP)
+	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -180,7 +180,9 @@ class ContiguousMachine(AllocatorMachine):
                 raise AssertionError("allocate succeeded although can_allocate said no")
 
 
+#: 250 examples by default; 5,000 under `pytest --long` (make test-long), whose profile sets the default.
+EXAMPLES = max(250, settings.default.max_examples)
 TestPaged = PagedMachine.TestCase
-TestPaged.settings = settings(max_examples=250, stateful_step_count=50, deadline=None)
+TestPaged.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None)
 TestContiguous = ContiguousMachine.TestCase
-TestContiguous.settings = settings(max_examples=250, stateful_step_count=50, deadline=None)
+TestContiguous.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None)
