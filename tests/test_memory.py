@@ -13,14 +13,16 @@ TINY = ROOT / "traces" / "tiny.jsonl"
 #: Peak RSS allowed for one run, MiB (Python + numpy + pandas + SimPy alone take about 110).
 CEILING_MIB = 400
 
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec from the forking (pytest) process
 _MEASURE = """
-import resource, sys
+import re, sys
 from kvsim.cli import app
 try:
     app(sys.argv[1:], prog_name="kvsim")
 except SystemExit as exc:
     code = exc.code
-print("peak_rss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "exit", code, file=sys.stderr)
+hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+print("peak_rss_kib", hwm, "exit", code, file=sys.stderr)
 """
 
 
