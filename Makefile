@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long install clean
+.PHONY: run test test-long install mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,5 +26,10 @@ test: $(STAMP)
 test-long: $(STAMP)
 	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py
 
+# Mutation testing (on demand, not in CI; tens of minutes): GROUPS="metrics alloc" limits it.
+mutate: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,mutate]'
+	$(BIN)/python bench/mutate.py $(GROUPS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info mutants mutants-work

@@ -1,0 +1,113 @@
+"""Mutation testing of the core modules with mutmut, one module group at a time (`make mutate`).
+
+For each group the tracked files are copied to `mutants-work/<group>/` (ignored by git) with a
+`[tool.mutmut]` section naming the group's files and the fast tests that exercise them; mutmut then
+mutates those files, records which of the tests reach each function, and runs only those tests on each
+mutant. Prints per group: mutants, killed (including timeouts), survived, no tests, the score
+(killed / (total - skipped)), and every mutant not killed. On demand only: it takes tens of minutes.
+
+    python bench/mutate.py                 # every group
+    python bench/mutate.py metrics alloc   # some groups
+    python bench/mutate.py --jobs 4        # mutmut workers per group (default 2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "mutants-work"
+
+#: group -> (files to mutate, tests that exercise them). The tests are the fast, focused ones; the long
+#: property runs (fast-forward equivalence, 250-example allocator state machines) are left out.
+GROUPS: dict[str, tuple[list[str], list[str]]] = {
+    "metrics": (["kvsim/metrics.py"],
+                ["tests/test_metrics_golden.py", "tests/test_engine.py"]),
+    "scheduler": (["kvsim/scheduler.py"],
+                  ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_reference_engine.py"]),
+    "alloc": (["kvsim/alloc/*"],
+              ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
+               "tests/test_metrics_golden.py", "tests/test_engine.py"]),
+    "cost": (["kvsim/cost.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py"]),
+    "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py"]),
+    "trace": (["kvsim/trace.py", "kvsim/trace_formats.py", "kvsim/trace_jsonl.py"],
+              ["tests/test_trace.py", "tests/test_trace_formats.py"]),
+}
+
+
+def _config(files: list[str], tests: list[str]) -> str:
+    """The [tool.mutmut] section for one group (TOML)."""
+    quoted = lambda xs: "[" + ", ".join(json.dumps(x) for x in xs) + "]"   # noqa: E731
+    return ("\n[tool.mutmut]\n"
+            'source_paths = ["kvsim/"]\n'
+            f"only_mutate = {quoted(files)}\n"
+            'also_copy = ["traces/"]\n'
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
+            f"pytest_add_cli_args_test_selection = {quoted(tests)}\n")
+
+
+def _prepare(group: str) -> Path:
+    """A fresh copy of the tracked files (and this working tree's edits) with the group's config."""
+    dest = WORK / group
+    shutil.rmtree(dest, ignore_errors=True)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in files:
+        src = ROOT / name
+        if src.is_file() and not name.startswith("mutants"):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    pyproject = (dest / "pyproject.toml").read_text()
+    pyproject = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\[).*\n?)*", "\n", pyproject)   # the group's instead
+    (dest / "pyproject.toml").write_text(pyproject + _config(*GROUPS[group]))
+    return dest
+
+
+def run_group(group: str, jobs: int) -> dict:
+    """Run mutmut on one group; returns its counts, score and the mutants not killed."""
+    cwd = _prepare(group)
+    mutmut = [sys.executable, "-m", "mutmut"]
+    start = time.perf_counter()
+    subprocess.run(mutmut + ["run", "--max-children", str(jobs)], cwd=cwd, stdout=subprocess.DEVNULL)
+    subprocess.run(mutmut + ["export-cicd-stats"], cwd=cwd, stdout=subprocess.DEVNULL)
+    stats = json.loads((cwd / "mutants" / "mutmut-cicd-stats.json").read_text())
+    listing = subprocess.run(mutmut + ["results"], cwd=cwd, capture_output=True, text=True).stdout
+    survivors = [line.strip() for line in listing.splitlines() if line.strip()]
+    tested = stats["total"] - stats.get("skipped", 0)
+    killed = stats["killed"] + stats.get("timeout", 0)
+    return {"group": group, **stats, "score": killed / tested if tested else None,
+            "wall_s": time.perf_counter() - start, "not_killed": survivors}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("groups", nargs="*", metavar="GROUP",
+                        help=f"groups to run (default all): {', '.join(GROUPS)}")
+    parser.add_argument("--jobs", type=int, default=2, help="mutmut worker processes per group")
+    args = parser.parse_args()
+    unknown = [g for g in args.groups if g not in GROUPS]
+    if unknown:
+        parser.error(f"unknown group {unknown[0]!r}; known: {', '.join(GROUPS)}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    print(f"mutation testing at commit {commit} (plus uncommitted edits), mutmut workers {args.jobs}")
+    for group in args.groups or list(GROUPS):
+        r = run_group(group, args.jobs)
+        score = "n/a" if r["score"] is None else f"{100 * r['score']:.1f}%"
+        print(f"\n{group}: {r['total']} mutants, killed {r['killed']} + timeout {r.get('timeout', 0)}, "
+              f"survived {r['survived']}, no tests {r.get('no_tests', 0)}, skipped {r.get('skipped', 0)}, "
+              f"suspicious {r.get('suspicious', 0)}: score {score} ({r['wall_s']:.0f} s)", flush=True)
+        for line in r["not_killed"]:
+            print(f"    {line}")
+        (WORK / f"{group}.json").write_text(json.dumps(r, indent=1))
+
+
+if __name__ == "__main__":
+    main()
