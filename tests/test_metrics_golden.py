@@ -162,3 +162,61 @@ def test_rejected_and_empty_runs():
     assert (empty["duration_s"], empty["throughput_rps"], empty["mean_batch_size"]) == (0.0, 0.0, 0.0)
     assert empty["ttft_s"] == {"p50": None, "p90": None, "p99": None, "mean": None}
     assert empty["kv"]["peak_allocated_fraction"] == 0.0 and empty["engine_steps"] == 0
+    assert (empty["throughput_tokens_per_s"], empty["max_batch_size"]) == (0.0, 0)
+    assert empty["kv"]["mean_fraction"] == dict.fromkeys(empty["kv"]["mean_fraction"], 0.0)
+    assert empty["kv"]["sharing_saved_fraction"] == 0.0
+
+
+def test_contiguous_first_fit_external_fragmentation():
+    """Contiguous, exact (oracle) reservations of P + M - 1 slots, first fit, 10 slots; every step 1 s.
+    A (P=2, M=2) reserves [0, 3), B (P=3, M=3) [3, 8), C (P=3, M=2, 4 slots) waits: all at t=0.
+
+    step 1, 0-1: A 2 tokens + 1 reserved, B 3 + 2; hole [8, 10) of 2 < 4: external 2, free 0.
+    step 2, 1-2: A 3 tokens, B 4 + 1 reserved; external 2. A finishes at 2, freeing [0, 3).
+    step 3, 2-3: B 5 tokens; holes of 3 and 2 slots, both < 4: external 5, free 0. B finishes at 3.
+    step 4, 3-4: C admitted at [0, 4): 3 tokens + 1 reserved; nobody waits: free 6.
+    step 5, 4-5: C 4 tokens; free 6. C finishes at 5.
+    Over 5 steps x 10 slots: tokens (5 + 7 + 5 + 3 + 4) / 50 = 0.48, reserved 5/50 = 0.1, external
+    9/50 = 0.18, free 12/50 = 0.24; peak allocated (tokens + reserved + internal) 8/10 = 0.8.
+    TTFT 1, 1, 4 (mean 2); E2E 2, 3, 5 (mean 10/3); mean batch (2 + 2 + 1 + 1 + 1)/5 = 1.4; 3/5 req/s.
+    """
+    cfg = SimConfig(DEP, CacheConfig(allocator="contiguous", block_size=1, num_blocks=10, reserve="oracle",
+                                     placement="first-fit"), SchedulerConfig())
+    res = simulate(trace_of([(0.0, 2, 2), (0.0, 3, 3), (0.0, 3, 2)]), cfg, cost=ConstantCost(1.0))
+    s = res.summary
+    assert res.steps.external_fragmentation.tolist() == [2, 2, 5, 0, 0]
+    assert s["kv"]["mean_fraction"] == {"token_states": pytest.approx(0.48), "reserved": pytest.approx(0.1),
+                                        "internal_fragmentation": 0.0,
+                                        "external_fragmentation": pytest.approx(0.18),
+                                        "free": pytest.approx(0.24)}
+    assert s["kv"]["peak_allocated_fraction"] == pytest.approx(0.8)
+    assert s["ttft_s"]["mean"] == pytest.approx(2.0) and s["e2e_s"]["mean"] == pytest.approx(10 / 3)
+    assert s["mean_batch_size"] == pytest.approx(1.4) and s["throughput_rps"] == pytest.approx(0.6)
+    assert (s["kv"]["capacity_tokens"], s["kv"]["block_size"], s["kv"]["num_blocks"]) == (10, 1, 10)
+
+
+def test_tables_number_steps_and_name_requests():
+    """steps.csv counts steps from 0; requests.csv carries the trace's ids (1-based positions when absent);
+    a one-token request has no TPOT (it decodes nothing) and counts one output token."""
+    trace = Trace.from_arrays(arrival_s=np.array([0.0, 0.0]), prompt_tokens=np.array([4, 4]),
+                              output_tokens=np.array([1, 3]))
+    res = simulate(trace, paged(10), cost=ConstantCost(0.5))
+    assert res.steps.step.tolist() == [0, 1, 2]
+    assert res.requests.id.tolist() == ["1", "2"]
+    assert res.requests.status.tolist() == ["finished", "finished"]
+    assert res.summary["tpot_s"] == quantiles(0.5, 0.5, 0.5, 0.5)
+    assert res.summary["throughput_tokens_per_s"] == pytest.approx(4 / 1.5)
+
+
+def test_summary_keys_are_the_documented_ones():
+    """DESIGN.md's `--json` keys (those this version computes), spelled exactly."""
+    s = simulate(trace_of([(0.0, 4, 2)]), paged(10), cost=ConstantCost(0.5)).summary
+    assert {"requests_total", "requests_finished", "requests_rejected", "duration_s", "throughput_rps",
+            "throughput_tokens_per_s", "mean_batch_size", "max_batch_size", "normalized_latency_s_per_token",
+            "ttft_s", "tpot_s", "e2e_s", "preemptions", "kv", "prefix_cache_hit_tokens", "sim_wall_s",
+            "engine_steps"} <= set(s)
+    assert set(s["kv"]) >= {"capacity_tokens", "block_size", "num_blocks", "mean_fraction",
+                            "peak_allocated_fraction", "sharing_saved_fraction"}
+    assert set(s["kv"]["mean_fraction"]) == {"token_states", "reserved", "internal_fragmentation",
+                                             "external_fragmentation", "free"}
+    assert s["sim_wall_s"] >= 0 and s["kv"]["sharing_saved_fraction"] == 0.0

@@ -1,0 +1,60 @@
+"""The pool audit on hand-built pools (plain torch indexing, no kernels)."""
+
+import torch
+
+from gpu_harness.pool_audit import audit_pool
+
+BS, H, D = 4, 2, 3
+
+
+def pool(num_blocks=6):
+    return [(torch.zeros(num_blocks, BS, H, D), torch.zeros(num_blocks, BS, H, D))]
+
+
+def write(caches, shadow, seq, table, start, end, seed):
+    """Write tokens [start, end) of `seq` through `table` into the pool and into its shadow."""
+    g = torch.Generator().manual_seed(seed)
+    k_sh, v_sh = shadow.setdefault(seq, [(torch.zeros(16, H, D), torch.zeros(16, H, D))])[0]
+    k_cache, v_cache = caches[0]
+    for p in range(start, end):
+        k, v = torch.randn(H, D, generator=g), torch.randn(H, D, generator=g)
+        k_sh[p], v_sh[p] = k, v
+        k_cache[table[p // BS], p % BS], v_cache[table[p // BS], p % BS] = k, v
+
+
+def test_distinct_blocks_of_live_sequences_are_counted_and_every_token_verified():
+    """Sequence 0 holds 6 tokens in blocks 3, 1; sequence 1 holds 3 in block 0 plus block 5 allocated
+    ahead (unwritten, still held): 4 blocks, 9 slots read back."""
+    caches, shadow = pool(), {}
+    write(caches, shadow, 0, [3, 1], 0, 6, seed=1)
+    write(caches, shadow, 1, [0, 5], 0, 3, seed=2)
+    audit = audit_pool(caches, BS, {0: [3, 1], 1: [0, 5]}, {0: 6, 1: 3}, shadow)
+    assert (audit.held_blocks, audit.verified_slots, audit.problem) == (4, 9, None)
+
+
+def test_a_shared_block_with_identical_data_counts_once():
+    """A forked sample shares the parent's full first block (same data) and has its own second."""
+    caches, shadow = pool(), {}
+    write(caches, shadow, 0, [2, 4], 0, 5, seed=1)
+    shadow[1] = [(shadow[0][0][0].clone(), shadow[0][0][1].clone())]
+    write(caches, shadow, 1, [2, 3], 4, 5, seed=7)             # its own token 4 in block 3
+    audit = audit_pool(caches, BS, {0: [2, 4], 1: [2, 3]}, {0: 5, 1: 5}, shadow)
+    assert (audit.held_blocks, audit.verified_slots, audit.problem) == (3, 10, None)
+
+
+def test_a_double_booked_block_is_caught_by_readback():
+    """Block 2 handed to sequences 0 and 1 at once: 1's writes overwrite 0's first tokens."""
+    caches, shadow = pool(), {}
+    write(caches, shadow, 0, [2], 0, 3, seed=1)
+    write(caches, shadow, 1, [2], 0, 2, seed=2)
+    audit = audit_pool(caches, BS, {0: [2], 1: [2]}, {0: 3, 1: 2}, shadow)
+    assert audit.problem == ("sequence 0 token 0 (block 2, layer 0) reads back other data; "
+                             "block 2 is also in the tables of sequences [1]")
+
+
+def test_a_table_too_short_and_a_leaked_table_are_reported():
+    caches, shadow = pool(), {}
+    write(caches, shadow, 0, [2, 3], 0, 6, seed=1)
+    assert "wrote 6 tokens but its table has 1 blocks" in audit_pool(caches, BS, {0: [2]}, {0: 6}, shadow).problem
+    leak = audit_pool(caches, BS, {0: [2, 3], 9: [1]}, {0: 6}, shadow)
+    assert leak.problem == "block tables for sequences the harness saw finish or leave: [9]"
