@@ -49,7 +49,7 @@ def test_a_double_booked_block_is_caught_by_readback():
     write(caches, shadow, 1, [2], 0, 2, seed=2)
     audit = audit_pool(caches, BS, {0: [2], 1: [2]}, {0: 3, 1: 2}, shadow)
     assert audit.problem == ("sequence 0 token 0 (block 2, layer 0) reads back other data; "
-                             "block 2 is also in the tables of sequences [1]")
+                             "block 2 is in the tables of sequences [0, 1]")
 
 
 def test_a_table_too_short_and_a_leaked_table_are_reported():
