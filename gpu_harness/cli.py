@@ -140,7 +140,10 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
            seed: int = typer.Option(0, "--seed", help="Random seed for K, V and queries.")) -> None:
     """Replay TRACE on a real KV pool driven by kvsim's scheduler and paged allocator: store_kv for
     every new token, paged_decode for every decoding sequence, outputs checked against a contiguous
-    reference, and the blocks the pool holds checked against kvsim's prediction at every step.
+    reference (proves kernels reading kvsim's block tables see the right K/V: no aliasing, correct
+    copy-on-write), and a pool audit at every step: every written token read back through its table,
+    the distinct blocks the live tables reach counted and compared with kvsim's allocator counters and
+    with the prediction (--expect, or a kvsim run now).
 
     Exit status 1 on a mismatch or an error above tolerance, 2 on bad input or a missing extra.
     """
@@ -177,9 +180,10 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
     for name, value in (("engine steps", report.steps), ("steps checked", report.checked_steps),
                         ("tokens written (store_kv)", report.tokens_written),
                         ("copy-on-write blocks", report.block_copies), ("preemptions", report.preemptions),
-                        ("most blocks held", report.max_held_blocks),
+                        ("most blocks held (pool audit)", report.max_held_blocks),
+                        ("token readbacks (pool audit)", report.verified_tokens),
                         ("worst |paged - reference|", f"{report.worst_abs_err:.3g} (tolerance {tolerance:g})"),
-                        ("blocks vs kvsim", report.first_mismatch or "equal at every step"),
+                        ("pool audit vs kvsim", report.first_mismatch or "equal at every step"),
                         ("wall time", f"{report.wall_s:.1f} s")):
         table.add_row(name, str(value))
     _console().print(table)

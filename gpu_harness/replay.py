@@ -6,9 +6,19 @@ live sequences. `gpu_harness.layout` turns the plan into kernel inputs: its copy
 through `copy_blocks`, its new tokens' K/V (random) are written with `store_kv` through slot mappings
 built from the block tables, and `paged_decode` runs for every decoding sequence, layer by layer. On
 sampled steps every decode output is compared with a torch reference over a contiguous shadow copy of
-the same sequence's K/V. At every step the number of blocks the pool holds (distinct ids in the block
-tables of the live sequences, i.e. the kernels' inputs) is compared with kvsim's prediction
-(`used_blocks` of the same run's steps.csv).
+the same sequence's K/V.
+
+What this proves, and what it does not: the block tables, copy-on-write pairs and slot mappings are
+kvsim's, so the attention check proves that real kernels reading and writing through kvsim's block
+tables compute the reference attention for every sequence (no block aliased between sequences, every
+copy-on-write done before the write that needs it, prefix-cache hits holding what was written). The
+memory check is made from the pool's side (`gpu_harness.pool_audit`): after each step's writes, every
+token the harness wrote for a live sequence (sequences it tracks itself from the plan's events) is
+read back bit for bit through that sequence's table, and the distinct blocks reachable from the live
+tables are counted; that count is compared with kvsim's allocator counters for the same step (its
+`used_blocks`) and, given `predicted_blocks`, with a separate kvsim run's steps.csv. An allocator that
+double-books a block fails both: the readback (the second writer overwrote the first) and the count.
+What stays kvsim's own: which sequences run when (the scheduler), and the block tables themselves.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import torch
 
 from gpu_harness import layout
 from gpu_harness.kernels import copy_blocks, paged_decode, store_kv
+from gpu_harness.pool_audit import audit_pool
 from gpu_harness.reference import ref_attention
 from kvsim.config import SimConfig, build_run
 from kvsim.specs import ModelSpec
@@ -58,6 +69,7 @@ class ReplayReport:
     block_copies: int
     preemptions: int
     max_held_blocks: int
+    verified_tokens: int            # token readbacks (K and V, every layer) summed over the steps
     worst_abs_err: float
     tolerance: float
     first_mismatch: str | None
@@ -77,6 +89,7 @@ class _Pool:
                                          shape.dtype, device, fill="zeros") for _ in range(shape.num_layers)]
         self.shadow: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}   # seq -> per layer (K, V)
         self.parked: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}   # freed, maybe swapped
+        self.written: dict[int, int] = {}      # live seq -> tokens 0..n-1 written to the pool for it
         self.gen = torch.Generator(device="cpu").manual_seed(seed)
 
     def random(self, *dims: int) -> torch.Tensor:
@@ -87,6 +100,12 @@ class _Pool:
         self.shadow[seq] = [(torch.zeros(length, s.kv_heads, s.head_dim, dtype=s.dtype, device=self.device),
                              torch.zeros(length, s.kv_heads, s.head_dim, dtype=s.dtype, device=self.device))
                             for _ in range(s.num_layers)]
+        self.written[seq] = 0
+
+    def drop(self, seq: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Forget live sequence `seq` (finished or preempted); returns its shadow."""
+        del self.written[seq]
+        return self.shadow.pop(seq)
 
     def write(self, writes: list[tuple[int, int, int, bool]], slots: torch.Tensor) -> int:
         """Write tokens [start, end) of each (seq, start, end, fresh) range at `slots` [T]: fresh values
@@ -102,6 +121,7 @@ class _Pool:
                     v_sh[a:b] = self.random(b - a, self.shape.kv_heads, self.shape.head_dim)
                 keys.append(k_sh[a:b])
                 values.append(v_sh[a:b])
+                self.written[seq] = max(self.written[seq], b)
             store_kv(torch.cat(keys), torch.cat(values), k_cache, v_cache, slots)   # [T, H_kv, D]
         return len(slots)
 
@@ -112,6 +132,7 @@ class _Pool:
             k_sh, v_sh = self.shadow[seq][layer]
             k_sh[:num_tokens] = k_cache.flatten(0, 1)[slots]
             v_sh[:num_tokens] = v_cache.flatten(0, 1)[slots]
+        self.written[seq] = num_tokens
 
     def copy(self, mapping: torch.Tensor) -> None:
         """Copy-on-write: `copy_blocks` with a [P, 2] (src, dst) mapping on every layer."""
@@ -144,7 +165,7 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
     sched, stepper = parts.scheduler, Stepper(parts.scheduler, parts.cost)
     pool = _Pool(shape, parts.capacity_tokens // parts.block_size, parts.block_size, device, seed)
     times, now, nxt = trace.arrival_s.tolist(), 0.0, 0
-    steps = checked = tokens = copies = max_held = preemptions = 0
+    steps = checked = tokens = copies = max_held = preemptions = verified = 0
     worst, mismatch = 0.0, None
     start = time.perf_counter()
     while True:
@@ -157,12 +178,6 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
                 break
             now = times[nxt]
             continue
-        held = len({b for table in plan.tables.values() for b in table})
-        max_held = max(max_held, held)
-        if predicted_blocks is not None and mismatch is None:
-            predicted = predicted_blocks[steps] if steps < len(predicted_blocks) else -1
-            if predicted != held:
-                mismatch = f"step {steps}: kvsim predicted {predicted} blocks, the pool holds {held}"
         _track_sequences(pool, sched, plan)
         if plan.copies:
             pool.copy(layout.copy_mapping(plan.copies, device))
@@ -171,6 +186,11 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
         tokens += pool.write(writes, layout.writes_slot_mapping(writes, plan.tables, pool.bs, device))
         for parent, child in plan.forked:      # samples share the prompt just written
             pool.shadow[child] = [(k.clone(), v.clone()) for k, v in pool.shadow[parent]]
+            pool.written[child] = pool.written[parent]
+        audit = audit_pool(pool.caches, pool.bs, plan.tables, pool.written, pool.shadow)
+        max_held, verified = max(max_held, audit.held_blocks), verified + audit.verified_slots
+        if mismatch is None:
+            mismatch = _memory_mismatch(steps, audit, plan.memory[0].used_blocks, predicted_blocks)
         check = steps % check_every == 0
         seqs, block_table, seq_lens = layout.plan_decodes(plan, sched.seq_ids, sched.computed_tokens,
                                                           plan.tables, device)
@@ -178,14 +198,28 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
             worst, checked = max(worst, pool.decode(seqs, block_table, seq_lens, check)), checked + check
         for r in plan.finished:
             for seq in sched.seq_ids(r):
-                del pool.shadow[seq]
+                pool.drop(seq)
         preemptions += len(plan.preempted)
         now = plan.end_s
         steps += 1
     if predicted_blocks is not None and mismatch is None and len(predicted_blocks) != steps:
         mismatch = f"kvsim predicted {len(predicted_blocks)} steps, the replay ran {steps}"
-    return ReplayReport(steps, checked, tokens, copies, preemptions, max_held, worst,
+    return ReplayReport(steps, checked, tokens, copies, preemptions, max_held, verified, worst,
                         tolerance, mismatch, time.perf_counter() - start)
+
+
+def _memory_mismatch(step: int, audit, used_blocks: int, predicted_blocks: list[int] | None) -> str | None:
+    """The first disagreement between the pool's audit and kvsim at `step`, or None."""
+    if audit.problem:
+        return f"step {step}: {audit.problem}"
+    if audit.held_blocks != used_blocks:
+        return (f"step {step}: kvsim's allocator counts {used_blocks} blocks in use, the pool holds "
+                f"{audit.held_blocks} for live sequences")
+    if predicted_blocks is not None:
+        predicted = predicted_blocks[step] if step < len(predicted_blocks) else -1
+        if predicted != audit.held_blocks:
+            return f"step {step}: kvsim predicted {predicted} blocks, the pool holds {audit.held_blocks}"
+    return None
 
 
 def _track_sequences(pool: _Pool, sched, plan) -> None:
@@ -195,13 +229,13 @@ def _track_sequences(pool: _Pool, sched, plan) -> None:
     swapped_out, swapped_in = set(plan.swapped_out), set(plan.swapped_in)
     for r in plan.preempted:
         for seq in sched.seq_ids(r):
-            shadow = pool.shadow.pop(seq)
+            shadow = pool.drop(seq)
             if r in swapped_out:
                 pool.parked[seq] = shadow
     for seq, cached in plan.allocated:
         r = sched.request_of(seq)
         if r in swapped_in:
-            pool.shadow[seq] = pool.parked.pop(seq)
+            pool.shadow[seq], pool.written[seq] = pool.parked.pop(seq), 0   # rewritten this step
         else:
             pool.new_shadow(seq, sched.final_tokens(r) + 1)
             if cached:

@@ -12,6 +12,7 @@ from gpu_harness import replay as replay_mod
 from gpu_harness.cli import harness_app
 from gpu_harness.replay import TINY, replay
 from kvsim.cli import app as kvsim_app
+from kvsim.alloc.paged import PagedAllocator
 from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
@@ -81,6 +82,45 @@ def test_lost_copy_on_write_shows_as_an_attention_error(monkeypatch):
     monkeypatch.setattr(replay_mod._Pool, "copy", lambda self, mapping: None)   # the copies never run
     report, _ = run(small_trace(n=[2] * 8), config(200))
     assert report.worst_abs_err > 1e-2 and not report.ok
+
+
+def test_a_double_booked_block_is_caught_by_the_pool_audit(monkeypatch):
+    """Fault injection: the allocator hands the second sequence admitted the first one's first block
+    (still live) in place of the fresh block it took off the free list. Both prompts are written in
+    step 0; the second overwrites the first's tokens 0-7, and the counters count a block no table holds."""
+    original, order = PagedAllocator.allocate, []
+
+    def double_booking(self, seq_id, *args, **kwargs):
+        cached = original(self, seq_id, *args, **kwargs)
+        order.append(seq_id)
+        if len(order) == 2:
+            self._seqs[seq_id].table[0] = self._seqs[order[0]].table[0]
+        return cached
+
+    trace = Trace.from_arrays(np.zeros(2), np.array([20, 20]), np.array([3, 3]))
+    healthy = replay(trace, config(200), TINY, "cpu", check_every=1000)
+    assert healthy.ok and healthy.verified_tokens > 0, healthy
+    monkeypatch.setattr(PagedAllocator, "allocate", double_booking)
+    report = replay(trace, config(200), TINY, "cpu", check_every=1000)
+    assert not report.ok
+    assert report.first_mismatch == ("step 0: sequence 0 token 0 (block 0, layer 0) reads back other data; "
+                                     "block 0 is in the tables of sequences [0, 1]")
+
+
+def test_a_leaked_block_is_caught_by_the_count(monkeypatch):
+    """Fault injection: every sequence's first free() forgets to release its last block; the allocator's
+    counters then count a block no live table holds."""
+    original, leaked = PagedAllocator.free, []
+
+    def leaky_free(self, seq_id):
+        if not leaked:
+            leaked.append(self._seqs[seq_id].table.pop())
+        original(self, seq_id)
+
+    monkeypatch.setattr(PagedAllocator, "free", leaky_free)
+    trace = Trace.from_arrays(np.array([0.0, 0.0]), np.array([20, 20]), np.array([2, 5]))
+    report = replay(trace, config(200), TINY, "cpu", check_every=1000)
+    assert report.first_mismatch.startswith("step 2: kvsim's allocator counts ")
 
 
 def test_contiguous_allocator_is_refused():
