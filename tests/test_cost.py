@@ -155,3 +155,58 @@ def test_opt13b_sample_step_times_are_plausible():
     assert 0.030 < model.step_time(0, 0, 32, 32 * 500) < 0.040
     assert 0.2 < model.step_time(2048, 2048 * 2048, 0, 0) < 0.3
     assert model.paged_overhead == pytest.approx(1.17 + 1 / 16)   # PAGED_OVERHEAD_FLOOR + BLOCK / 16
+
+
+@pytest.fixture
+def distinct(monkeypatch):
+    """Every constant a different value away from 0 and 1, so each one's place in the formula shows."""
+    for name, value in {"LINEAR_FLOP_EFFICIENCY": 0.5, "LINEAR_HBM_EFFICIENCY": 0.5, "LINEAR_FIXED_S": 1e-5,
+                        "GEMM_TILE_TOKENS": 1, "ACTIVATION_HIDDENS_PER_TOKEN": 4,
+                        "PREFILL_ATTN_FLOP_EFFICIENCY": 0.5, "PREFILL_ATTN_FIXED_S": 2e-5,
+                        "DECODE_ATTN_HBM_EFFICIENCY": 0.5, "DECODE_ATTN_FIXED_S": 3e-5,
+                        "DECODE_ATTN_PER_SEQ_S": 1e-6, "STORE_KV_HBM_EFFICIENCY": 0.5,
+                        "STORE_KV_FIXED_S": 4e-6, "ALL_REDUCE_LATENCY_S": 5e-6,
+                        "ALL_REDUCE_BUS_BYTES_PER_S": 1e9, "PAGED_OVERHEAD_FLOOR": 1.0,
+                        "PAGED_OVERHEAD_BLOCK": 8.0}.items():
+        monkeypatch.setattr(cost, name, value)
+
+
+def test_mixed_step_by_hand_with_every_term(distinct):
+    """tp = 2, paged block 16 (overhead 1 + 8/16 = 1.5); 100 prefill tokens (10,000 pairs) and 4 decodes
+    reading 400 tokens: 104 tokens; KV 256 B per token per GPU.
+    linear: 2 layers x 10 us + max(104 x 2 x 1e6 / 2 / 5e11 = 0.208 ms, 2e6 B / 2 / 5e8 = 2 ms
+            + 104 x 4 x 64 x 2 B x 2 layers / 5e8 = 0.212992 ms) = 2.232992 ms;
+    prefill attention: 2 x 20 us + 10,000 x (4 x 2 x 4 x 16 / 2 / 2 = 128 FLOP) / 5e11 = 42.56 us;
+    decode attention: 1.5 x (2 x 30 us + 4 x 2 x 1 us + 400 x 256 B / 5e8) = 409.2 us;
+    KV store: 2 x 4 us + 104 x 256 B / 5e8 = 61.248 us;
+    all-reduce: 2 x 2 layers x 5 us + 104 x 2 x 2 x 64 x 2 B x ring 1 / 1e9 = 73.248 us;
+    plus the 1 ms overhead: 3.819248 ms."""
+    model = tiny_cost(tp=2, paged=True, block_size=16)
+    assert model.paged_overhead == 1.5
+    assert model.linear_time(104) == pytest.approx(2.232992e-3, rel=1e-12)
+    assert model.prefill_attention_time(10_000) == pytest.approx(4.256e-5, rel=1e-12)
+    assert model.decode_attention_time(4, 400) == pytest.approx(4.092e-4, rel=1e-12)
+    assert model.store_kv_time(104) == pytest.approx(6.1248e-5, rel=1e-12)
+    assert model.all_reduce_time(104) == pytest.approx(7.3248e-5, rel=1e-12)
+    assert model.step_time(100, 10_000, 4, 400) == pytest.approx(3.819248e-3, rel=1e-12)
+
+
+def test_single_units_and_zero_work(distinct):
+    """One pair, one sequence, one token each cost their fixed time plus one unit; nothing costs 0."""
+    model = tiny_cost(tp=2, paged=True, block_size=16)
+    assert model.prefill_attention_time(1) == pytest.approx(4e-5 + 2.56e-10, rel=1e-12)
+    assert model.decode_attention_time(1, 10) == pytest.approx(1.5 * (6e-5 + 2e-6 + 10 * 5.12e-7), rel=1e-12)
+    assert model.all_reduce_time(1) == pytest.approx(2e-5 + 5.12e-7, rel=1e-12)
+    assert (model.prefill_attention_time(0), model.decode_attention_time(0, 0), model.store_kv_time(0),
+            model.all_reduce_time(0), model.linear_time(0)) == (0.0, 0.0, 0.0, 0.0, 0.0)
+    assert CostModel(Deployment(TINY, TOY_GPU), 16, False, step_overhead_s=0.0).step_time(0, 0, 0, 0) == 0.0
+    assert model.deployment == Deployment(TINY, TOY_GPU, 2)
+
+
+def test_untied_embeddings_are_neither_computed_nor_read_twice(ideal):
+    """Llama-2-7B's separate 32000 x 4096 input and output tables (131,072,000 each): linear FLOPs leave
+    both out, 2 x (6.74e9 - 262,144,000) / 312e12 = 41.52 us per token; a step reads every weight but
+    the input table (only gathered): (13.48e9 - 262,144,000) B / 2.039e12 B/s = 6.4825 ms."""
+    model = CostModel(Deployment(get_model("llama-2-7b"), get_gpu("a100-80gb"), 1), 16, paged=True)
+    assert (model.linear_time(8192) - model.linear_time(4096)) / 4096 == pytest.approx(4.1524718e-5, rel=1e-7)
+    assert model.linear_time(1) == pytest.approx(6.4825189e-3, rel=1e-7)
