@@ -29,9 +29,10 @@ WORK = ROOT / "mutants-work"
 #: property runs (fast-forward equivalence, 250-example allocator state machines) are left out.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "metrics": (["kvsim/metrics.py"],
-                ["tests/test_metrics_golden.py", "tests/test_engine.py"]),
+                ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py"]),
     "scheduler": (["kvsim/scheduler.py"],
-                  ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_reference_engine.py"]),
+                  ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step.py",
+                   "tests/test_reference_engine.py"]),
     "alloc": (["kvsim/alloc/*"],
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
                "tests/test_metrics_golden.py", "tests/test_engine.py"]),

@@ -161,6 +161,7 @@ def test_rejected_and_empty_runs():
     empty = simulate(trace_of([(0.0, 2000, 100)]), paged(10), cost=ConstantCost(0.5)).summary
     assert (empty["duration_s"], empty["throughput_rps"], empty["mean_batch_size"]) == (0.0, 0.0, 0.0)
     assert empty["ttft_s"] == {"p50": None, "p90": None, "p99": None, "mean": None}
+    assert empty["normalized_latency_s_per_token"] is None
     assert empty["kv"]["peak_allocated_fraction"] == 0.0 and empty["engine_steps"] == 0
     assert (empty["throughput_tokens_per_s"], empty["max_batch_size"]) == (0.0, 0)
     assert empty["kv"]["mean_fraction"] == dict.fromkeys(empty["kv"]["mean_fraction"], 0.0)
