@@ -79,8 +79,12 @@ BlockOpt = typer.Option(16, "--block-size", min=1, help="Paged block size, token
 SeqsOpt = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences in one batch.")
 TokensOpt = typer.Option(8192, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
                          help="Most tokens computed in one step (also sizes the activation reserve).")
-ChunkOpt = typer.Option(False, "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill",
-                        help="Split prompts over steps.")
+ChunkOpt = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill",
+                        help="Split prompts over steps (default: the engine profile's; on for vllm-v1).")
+ProfileOpt = typer.Option("vllm-v1", "--engine-profile", help="Serving engine simulated: vllm-v1 (mixed "
+                          "prefill/decode, chunked prefill, V1 CPU time), vllm-2023 (the vLLM paper's engine: "
+                          "prompt-only steps, v0 CPU time), ideal (kernels only), or a JSON file from "
+                          "`kvsim calibrate-engine`.")
 PreemptOpt = typer.Option(Preemption.recompute, "--preemption", help="How to evict when memory runs out.")
 SwapOpt = typer.Option(4.0, "--swap-gib", "--swap-space", min=0.0, help="CPU swap space per GPU, GiB.")
 PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching",
@@ -101,9 +105,10 @@ MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the 
 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
            max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
-           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None):
+           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None, engine_profile="vllm-v1"):
     from kvsim.calibration import load_calibration
     from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
+    from kvsim.profiles import get_profile
     from kvsim.specs import Deployment, get_gpu, get_model, load_hf_config
 
     spec = load_hf_config(model_config) if model_config else get_model(model)
@@ -114,7 +119,7 @@ def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block
         cache=CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
                           gpu_mem_util=gpu_mem_util, swap_gib=swap_gib, prefix_caching=prefix_caching),
         scheduler=SchedulerConfig(max_num_seqs, max_batched_tokens, chunked_prefill, preemption.value),
-        calibration=cal, seed=seed)
+        calibration=cal, seed=seed, engine_profile=get_profile(engine_profile))
 
 
 @app.command()
@@ -126,9 +131,10 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         reserve: Reserve = typer.Option(Reserve.max, "--reserve", help="Contiguous reservation policy."),
         placement: Placement = typer.Option(Placement.buddy, "--placement", help="Contiguous placement."),
         block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
-        chunked_prefill: bool = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
+        chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
         prefix_caching: bool = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
-        max_model_len: Optional[int] = MaxLenOpt, calibration: Optional[Path] = CalOpt,
+        max_model_len: Optional[int] = MaxLenOpt, engine_profile: str = ProfileOpt,
+        calibration: Optional[Path] = CalOpt,
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
         max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
@@ -139,7 +145,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                            "requests.csv and steps.csv."),
         quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
-    from kvsim.output import Progress, StepsCsv, error, print_summary, write_outputs
+    from kvsim.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
+                              write_outputs)
     from kvsim.sim import simulate
     from kvsim.trace_formats import load_trace
 
@@ -151,10 +158,14 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             check_output_file(json_out, "--json")
         cfg = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
-                     prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len)
+                     prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
+                     engine_profile)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
                                          placement=placement.value),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq))
+        cfg.resolved()                                   # flags that contradict the profile fail here
+        if not quiet:
+            print_startup(cfg)
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
                 and not quiet:
@@ -169,6 +180,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         if steps_csv is not None:
             steps_csv.discard()
         error(str(exc))
+    warn_swap_fallbacks(result.summary, cfg.cache.swap_gib)
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
@@ -193,10 +205,10 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
             num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
             block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
-            chunked_prefill: bool = ChunkOpt, preemption: Preemption = PreemptOpt,
+            chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt,
             swap_gib: float = SwapOpt, prefix_caching: bool = PrefixOpt,
             kv_cache_dtype: str = KvDtypeOpt, max_model_len: Optional[int] = MaxLenOpt,
-            calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
+            engine_profile: str = ProfileOpt, calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
             max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
     """Run paged, the three contiguous reservations and static batching on TRACE, side by side."""
@@ -210,7 +222,8 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             check_output_file(json_out, "--json")
         base = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                       max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
-                      prefix_caching, calibration, force_calibration, 0, kv_cache_dtype, max_model_len)
+                      prefix_caching, calibration, force_calibration, 0, kv_cache_dtype, max_model_len,
+                      engine_profile)
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))

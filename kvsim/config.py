@@ -7,11 +7,12 @@ SimPy-free parts a run is built from. The CLI, the harness and the Python API bu
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.alloc import ALLOCATORS, make_allocator
 from kvsim.calibration import Calibration
-from kvsim.cost import CostModel
+from kvsim.cost import STEP_OVERHEAD_S, CostModel
+from kvsim.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
 from kvsim.scheduler import Scheduler
 from kvsim.specs import GIB, Deployment
 from kvsim.static_batching import StaticScheduler
@@ -24,14 +25,17 @@ class SchedulerConfig:
     `static` runs `kvsim.static_batching.StaticScheduler` instead (chosen by `build_run`).
     `swap_multi_seq`: requests with more than one sequence (n > 1, beams) are preempted by swap even
     under recompute (vLLM 2023: diverged samples cannot be recomputed as one prompt); recomputing them
-    re-prefills the prompt once and each sample's own outputs (docs/sharing.md)."""
+    re-prefills the prompt once and each sample's own outputs (docs/sharing.md).
+    `chunked_prefill` None: the engine profile's default. `separate_prefill`: a step runs prompts or
+    decodes, never both (both also set by the engine profile, see `SimConfig.resolved`)."""
 
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
-    chunked_prefill: bool = False
+    chunked_prefill: bool | None = None
     preemption: str = "recompute"
     batching: str = "continuous"
     swap_multi_seq: bool = False
+    separate_prefill: bool = False
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
@@ -74,10 +78,31 @@ class SimConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     calibration: Calibration | None = None
     seed: int = 0
+    engine_profile: str | EngineProfile = DEFAULT_PROFILE   # a name, a calibrate-engine JSON, or one
+
+    def profile(self) -> EngineProfile:
+        """The engine profile (`kvsim.profiles`) this run simulates."""
+        p = self.engine_profile
+        return p if isinstance(p, EngineProfile) else get_profile(p)
+
+    def resolved(self) -> "SimConfig":
+        """This configuration with the engine profile's policy applied to the scheduler: chunked
+        prefill by default (vllm-v1), separate prompt steps and swap for multi-sequence requests
+        (vllm-2023). ValueError when an explicit flag contradicts the profile."""
+        profile, sched = self.profile(), self.scheduler
+        chunked = profile.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
+        separate = sched.separate_prefill or profile.separate_prefill
+        if separate and chunked:
+            raise ValueError(f"--chunked-prefill: the {profile.name} engine profile runs each prompt whole "
+                             "in a prompt-only step")
+        sched = replace(sched, chunked_prefill=chunked, separate_prefill=separate,
+                        swap_multi_seq=sched.swap_multi_seq or profile.swap_multi_sequence)
+        return replace(self, scheduler=sched, engine_profile=profile)
 
     def to_dict(self) -> dict:
         """The resolved configuration, JSON-ready (written as `config.json`)."""
-        d = asdict(self)
+        cfg = self.resolved()
+        d = asdict(cfg)
         d["calibration"] = None if self.calibration is None else self.calibration.source
         return d
 
@@ -91,20 +116,32 @@ class RunParts:
     cost: CostModel
     capacity_tokens: int
     block_size: int
+    profile: EngineProfile | None = None
 
 
-def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
-    """Allocator, scheduler and cost model for `trace` under `cfg` (nothing has run yet)."""
+def kv_capacity(cfg: SimConfig) -> int:
+    """KV slots of the run (the whole deployment), rounded down to whole blocks."""
     dep, cache = cfg.deployment, cfg.cache
-    paged = cache.allocator == "paged"
-    block_size = cache.block_size if paged else 1
+    block_size = cache.block_size if cache.allocator == "paged" else 1
     capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util,
                                       cfg.scheduler.max_batched_tokens)
     if capacity < 1:
         raise ValueError("the KV cache holds no token slot (--kv-gib or --num-blocks too small)")
     if capacity < block_size:
         raise ValueError(f"--block-size {block_size} is larger than the whole KV cache ({capacity} token slots)")
-    capacity -= capacity % block_size
+    return capacity - capacity % block_size
+
+
+def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
+    """Allocator, scheduler and cost model for `trace` under `cfg` (nothing has run yet). The engine
+    profile sets the scheduler's policy (`SimConfig.resolved`) and the cost model's paged penalty
+    and fixed step overhead; its CPU time per step is added by the stepper (`RunParts.profile`)."""
+    cfg = cfg.resolved()
+    profile = cfg.engine_profile
+    dep, cache = cfg.deployment, cfg.cache
+    paged = cache.allocator == "paged"
+    block_size = cache.block_size if paged else 1
+    capacity = kv_capacity(cfg)
     alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
                            max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
                            placement=cache.placement, prefix_caching=cache.prefix_caching)
@@ -115,5 +152,7 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
             return trace.prompt_block_ids(i, cache.block_size)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids)
-    cost = CostModel(dep, cache.block_size, paged, cfg.calibration)
-    return RunParts(alloc, sched, cost, capacity, block_size)
+    penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
+    cost = CostModel(dep, cache.block_size, penalty, cfg.calibration,
+                     step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)
+    return RunParts(alloc, sched, cost, capacity, block_size, profile)

@@ -197,6 +197,22 @@ class CostModel:
         return [head + (attn + c * per_token) + store + reduce
                 for c in range(first_context, first_context + steps * seqs, seqs)]
 
+    def compute_bound(self, prefill_tokens: int, prefill_attn_tokens: int,
+                      decode_seqs: int, decode_context_tokens: int) -> bool:
+        """Whether a step (arguments as `step_time`) spends more kernel time bound by FLOPs (GEMMs on
+        the compute side of their roofline, prefill attention) than by HBM traffic (GEMMs on the
+        weight-reading side, decode attention, KV writes)."""
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return False
+        tiled = -(-tokens // GEMM_TILE_TOKENS) * GEMM_TILE_TOKENS
+        gemm_compute = tiled * self._lin_s_per_token
+        gemm_memory = self._weights_s + tokens * self._act_s_per_token
+        compute = (gemm_compute if gemm_compute > gemm_memory else 0.0) + self.prefill_attention_time(prefill_attn_tokens)
+        memory = ((gemm_memory if gemm_compute <= gemm_memory else 0.0)
+                  + self.decode_attention_time(decode_seqs, decode_context_tokens) + self.store_kv_time(tokens))
+        return compute > memory
+
     def swap_time(self, num_tokens: int) -> float:
         """Seconds to move `num_tokens` of KV (all layers) one way over PCIe. Each of the tp GPUs moves its
         own 1/tp share over its own link at the same time, so the time is that of one GPU's share."""

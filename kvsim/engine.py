@@ -24,11 +24,12 @@ class Engine:
 
     def __init__(self, arrival_s, scheduler: Scheduler, cost, log: StepLog,
                  progress: Callable[[float], None] | None = None, progress_every: int = 2000,
-                 fast_forward: bool = True):
+                 fast_forward: bool = True, cpu_seconds=None):
+        """`cpu_seconds(sequences)`: the engine profile's CPU time per step (None: none)."""
         self.arrivals = arrival_s.tolist()
         self.next_arrival = 0                       # index of the first request not yet added
         self.sched, self.log = scheduler, log
-        self.stepper = Stepper(scheduler, cost, self.arrivals)
+        self.stepper = Stepper(scheduler, cost, self.arrivals, cpu_seconds)
         self.progress, self.progress_every = progress, progress_every
         self.fast_forward = fast_forward
         self.env = simpy.Environment()

@@ -13,12 +13,15 @@ from typing import Callable
 import numpy as np
 
 from kvsim.request_state import FINISHED, REJECTED
+from kvsim.step import LIMITS
 
+#: `limited_by`: what held waiting requests back after the step (0 none or nothing waiting,
+#: 1 kv_memory, 2 max_num_seqs, 3 token_budget); `compute_bound`: 1 when the step's kernels were.
 STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens",
                 "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
-                "external_fragmentation", "free", "unshared_blocks")
+                "external_fragmentation", "free", "unshared_blocks", "limited_by", "compute_bound")
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
-_MEMORY = STEP_COLUMNS[7:]       # fields of the plan's memory snapshots (named tuples)
+_MEMORY = STEP_COLUMNS[7:15]     # fields of the plan's memory snapshots (named tuples)
 _WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
 _FLOAT = ("time_s", "duration_s")
 CHUNK = 1 << 16       # rows folded into the aggregates at a time
@@ -40,6 +43,8 @@ class StepLog:
         self.sum_running = 0
         self.max_running = 0
         self.max_allocated = 0            # token_states + reserved + internal_fragmentation, slots
+        self.limit_s = [0.0] * len(LIMITS)  # step time while requests waited, by what held them back
+        self.compute_bound_s = 0.0        # step time with compute-bound kernels
 
     def record(self, plan) -> None:
         """Log the steps of `plan` (a `kvsim.step.StepPlan`: one row per entry of `plan.starts`)."""
@@ -55,6 +60,9 @@ class StepLog:
         fields = list(zip(*plan.memory))
         for name, index in self._memory_index:
             cols[name].extend(fields[index])
+        limit = plan.limited_by
+        cols["limited_by"].extend([limit if w else 0 for w in plan.waiting])
+        cols["compute_bound"].extend(plan.compute_bound if plan.compute_bound else [False] * k)
         while len(cols["time_s"]) >= CHUNK:
             self._fold(CHUNK)
 
@@ -76,6 +84,9 @@ class StepLog:
         self.total_s += float(w.sum())
         for name in _WEIGHTED:
             self.weighted[name] += float((chunk[name] * w).sum())
+        for code in range(1, len(LIMITS)):
+            self.limit_s[code] += float(w[chunk["limited_by"] == code].sum())
+        self.compute_bound_s += float(w[chunk["compute_bound"] == 1].sum())
         self.sum_running += int(chunk["running"].sum())
         self.max_running = max(self.max_running, int(chunk["running"].max()))
         allocated = chunk["token_states"] + chunk["reserved"] + chunk["internal_fragmentation"]
@@ -148,6 +159,9 @@ def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_t
         "prefix_cache_hit_tokens": int(sched.prefix_hit_tokens),
         "prefix_cache_hit_rate": (sched.prefix_hit_tokens / sched.admitted_prompt_tokens
                                   if sched.admitted_prompt_tokens else 0.0),
+        "limited_by": {name: steps.limit_s[code] / steps.total_s if steps.total_s else 0.0
+                       for code, name in enumerate(LIMITS) if code},
+        "compute_bound_fraction": steps.compute_bound_s / steps.total_s if steps.total_s else 0.0,
         "sim_wall_s": sim_wall_s,
         "engine_steps": num_steps,
     }

@@ -88,6 +88,14 @@ def _rows(s: dict) -> list[tuple[str, str]]:
         ("sharing saved", f"{kv['sharing_saved_fraction']:.1%}"),
         ("prefix-cache hits (tok)", f"{s['prefix_cache_hit_tokens']:,} "
                                     f"({s['prefix_cache_hit_rate']:.1%} of prompt tokens)"),
+        ("engine profile", s.get("engine_profile", "-")),
+        ("waited on KV / seqs / budget", " / ".join(f"{s['limited_by'][k]:.0%}" for k in
+                                                   ("kv_memory", "max_num_seqs", "token_budget"))
+         if "limited_by" in s else "-"),
+        ("compute-bound steps", f"{s['compute_bound_fraction']:.0%}" if "compute_bound_fraction" in s else "-"),
+        ("swaps out / in (GB)", f"{s['swap']['swap_outs']:,} / {s['swap']['swap_ins']:,} "
+                                f"({s['swap']['bytes'] / 1e9:.3g})" if "swap" in s else "-"),
+        ("recomputed tokens", f"{s['recomputed_tokens']:,}" if "recomputed_tokens" in s else "-"),
         ("steps / wall (s)", f"{s['engine_steps']:,} / {s['sim_wall_s']:.2f}"),
     ]
 
@@ -168,3 +176,33 @@ def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | None = None) -> 
         if steps_csv is not None:
             steps_csv.discard()
         raise
+
+
+def print_startup(cfg) -> None:
+    """The start-up lines a vLLM user knows: the engine, the KV cache size in tokens and the maximum
+    concurrency at the maximum model length (vLLM: blocks / ceil(max_model_len / block_size))."""
+    from kvsim.config import kv_capacity
+    resolved = cfg.resolved()
+    profile, sched = resolved.engine_profile, resolved.scheduler
+    capacity, max_len = kv_capacity(cfg), cfg.deployment.model.max_seq_len
+    paged, block = cfg.cache.allocator == "paged", cfg.cache.block_size
+    policy = "prompt-only steps" if sched.separate_prefill else "mixed prefill/decode steps"
+    chunked = ", chunked prefill" if sched.chunked_prefill else ""
+    cpu = (f"CPU {profile.cpu_step_s * 1e3:.3g} ms + {profile.cpu_seq_s * 1e6:.3g} us per sequence per step"
+           if profile.cpu_step_s or profile.cpu_seq_s else "no CPU time beyond the kernels' step overhead")
+    blocks = f" ({capacity // block:,} blocks of {block})" if paged else " (contiguous)"
+    per_request = -(-max_len // block) * block if paged else max_len
+    console.print(f"INFO engine profile {profile.name}: {policy}{chunked}, {cpu}", highlight=False)
+    console.print(f"INFO KV cache size: {capacity:,} tokens{blocks}, "
+                  f"{cfg.deployment.kv_bytes_per_token() / 1024:,.0f} KiB per token", highlight=False)
+    console.print(f"INFO Maximum concurrency for {max_len:,} tokens per request: {capacity / per_request:.2f}x",
+                  highlight=False)
+
+
+def warn_swap_fallbacks(summary: dict, swap_gib: float) -> None:
+    """One warning on stderr when swaps fell back to recompute for want of CPU swap space."""
+    fallbacks = summary.get("swap", {}).get("fallbacks_to_recompute", 0)
+    if fallbacks:
+        err_console.print(f"[bold yellow]warning:[/] {fallbacks:,} preemption(s) meant to swap recomputed "
+                          f"instead: the CPU swap space (--swap-space {swap_gib:g} GiB per GPU) was full",
+                          highlight=False, soft_wrap=True)

@@ -90,6 +90,10 @@ class SchedulerBase:
         self.num_preemptions = 0
         self.prefix_hit_tokens = 0          # cached prompt tokens at first admissions
         self.admitted_prompt_tokens = 0     # prompt tokens of requests admitted at least once
+        self.num_swap_outs = self.num_swap_ins = 0      # requests moved to and from CPU memory
+        self.swapped_tokens = 0             # KV slots moved over PCIe, both ways, all sequences
+        self.swap_fallbacks = 0             # swaps refused for want of swap space (recomputed)
+        self.recomputed_tokens = 0          # computed tokens dropped by recompute preemption
         self.num_finished = self.num_rejected = 0
 
     # -- arrivals -------------------------------------------------------------------------------

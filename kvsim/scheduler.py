@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from kvsim.alloc.base import MemoryStats
 from kvsim.request_state import SchedulerBase
-from kvsim.step import StepPlan
+from kvsim.step import LIMITS, StepPlan
+
+_KV, _SEQS, _BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seqs", "token_budget"))
 
 
 class Scheduler(SchedulerBase):
@@ -24,17 +26,29 @@ class Scheduler(SchedulerBase):
 
     # -- one step ---------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
-        """Plan the next step and allocate its memory; None when there is nothing to run."""
+        """Plan the next step and allocate its memory; None when there is nothing to run. With
+        `separate_prefill` (vLLM v0) a step that admits prompts runs only them; the running requests
+        decode in the next step that admits none."""
+        if self.cfg.separate_prefill and self.waiting and not self.swapped:
+            plan = StepPlan()
+            self._admit(plan, self.cfg.max_batched_tokens, now)
+            if plan.prefills:
+                plan.batch_requests = len(self.running)
+                return plan
+            limit = plan.limited_by
         plan = StepPlan()
         preempted = self._grow_running(plan)
         budget = self.cfg.max_batched_tokens - plan.decode_seqs
         budget, preempted_chunk = self._continue_prefills(plan, budget)
         preempted = preempted or preempted_chunk
-        if not preempted:
-            if self.swapped:
+        if preempted or self.swapped:
+            plan.limited_by = _KV
+            if not preempted:
                 self._swap_in(plan)
-            else:
-                self._admit(plan, budget, now)
+        elif self.cfg.separate_prefill:
+            plan.limited_by = limit if self.waiting else 0
+        else:
+            self._admit(plan, budget, now)
         if not (plan.prefills or plan.decodes or plan.swap_tokens):
             if self.waiting and not (self.running or self.swapped):
                 self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
@@ -158,11 +172,13 @@ class Scheduler(SchedulerBase):
         prefix-cache hits, as vLLM's full-sequence admission check; with chunked prefill a
         single-sequence request takes only its first chunk's blocks now."""
         alloc, cfg = self.alloc, self.cfg
+        plan.limited_by = _BUDGET           # what stops admission while requests wait
         while self.waiting and budget > 0:
             i = self.waiting[0]
             need = self.prompt[i] + self.generated[i]          # recompute re-prefills its outputs
             final = self.prompt[i] + self.output[i] - 1
             if self.running_seqs + self.n[i] > cfg.max_num_seqs:
+                plan.limited_by = _SEQS
                 break
             seqs = self.seq_ids(i)
             ids = self.block_ids(i) if self.block_ids else ()
@@ -170,6 +186,7 @@ class Scheduler(SchedulerBase):
             own = self.generated[i] if len(seqs) > 1 else 0
             base = need - own
             if not alloc.can_allocate(base, final, ids, seqs[0]):
+                plan.limited_by = _KV
                 break
             compute = base - alloc.cached_tokens(base, ids, seqs[0]) + own * len(seqs)
             if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
@@ -177,6 +194,7 @@ class Scheduler(SchedulerBase):
             hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
             cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
             if not self._fork_samples(seqs) or (own and not self._regrow(seqs, own)):
+                plan.limited_by = _KV
                 break
             plan.allocated.append((seqs[0], cached))
             plan.forked.extend((seqs[0], s) for s in seqs[1:])
@@ -224,13 +242,21 @@ class Scheduler(SchedulerBase):
         plan.freed.extend(self.seq_ids(i))
         tokens = self.kv_len[i] * self.n[i]
         swap = self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1)
-        if (swap and not self.prefill_left[i]
-                and self.swap_used + tokens <= self.swap_tokens):
+        if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
             self.swap_used += tokens
             plan.swap_tokens += tokens
             plan.swapped_out.append(i)
             self.swapped.append(i)
+            self.num_swap_outs += 1
+            self.swapped_tokens += tokens
         else:
+            if swap and not self.prefill_left[i]:
+                self.swap_fallbacks += 1
+                plan.swap_fallbacks += 1
+            computed = self.kv_len[i] - self.prefill_left[i]   # the prompt once, each sample's outputs
+            dropped = computed + (self.n[i] - 1) * max(0, computed - self.prompt[i])
+            self.recomputed_tokens += dropped
+            plan.recomputed_tokens += dropped
             self.prefill_left[i] = 0
             self.waiting.appendleft(i)
 
@@ -255,6 +281,8 @@ class Scheduler(SchedulerBase):
             plan.swapped_in.append(i)
             self.swap_used -= kv * len(seqs)
             plan.swap_tokens += kv * len(seqs)
+            self.num_swap_ins += 1
+            self.swapped_tokens += kv * len(seqs)
             self.kv_len[i] = kv + 1
             self.running.append(i)
             self.running_seqs += self.n[i]

@@ -59,13 +59,22 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
     parts = build_run(trace, cfg)
     log = StepLog(keep=keep_steps, sink=step_sink)
     start = time.perf_counter()
-    Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
-           fast_forward=fast_forward).run()
+    profile = parts.profile
+    cpu = profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None
+    engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
+                    fast_forward=fast_forward, cpu_seconds=cpu)
+    engine.run()
     wall = time.perf_counter() - start
     columns = {"id": _ids(trace), "arrival_s": np.asarray(trace.arrival_s),
                **parts.scheduler.request_columns()}
     summary = summarize(columns, log, parts.scheduler, parts.capacity_tokens, parts.block_size,
                         parts.capacity_tokens // parts.block_size, wall)
+    sched = parts.scheduler
+    summary["engine_profile"] = profile.name
+    summary["swap"] = {"swap_outs": sched.num_swap_outs, "swap_ins": sched.num_swap_ins,
+                       "bytes": sched.swapped_tokens * cfg.deployment.kv_bytes_per_token(),
+                       "time_s": engine.stepper.swap_s, "fallbacks_to_recompute": sched.swap_fallbacks}
+    summary["recomputed_tokens"] = sched.recomputed_tokens
     return SimResult(summary, columns, log)
 
 

@@ -15,7 +15,8 @@ a request arrives. It returns those steps as one plan (one entry per step in `st
 arrivals and steps is the same as stepping one at a time (tests compare the two).
 
 Timing lives in one place, `Stepper.step_seconds` / `Stepper.decode_seconds`: the cost model's kernel
-time plus PCIe time for swaps (the hook for an engine profile's CPU time per step). Seconds throughout.
+time, plus PCIe time for swaps, plus the engine profile's CPU time (`cpu_seconds(sequences)`, with
+sequences = decoding sequences + prefilling requests). Seconds throughout.
 """
 
 from __future__ import annotations
@@ -53,12 +54,16 @@ class StepPlan:
     preempted: list[int] = field(default_factory=list)              # requests
     swapped_out: list[int] = field(default_factory=list)            # requests (of `preempted`)
     swapped_in: list[int] = field(default_factory=list)             # requests (also in `decodes`)
+    limited_by: int = 0               # why requests still wait after it (LIMITS index; 0: none)
+    recomputed_tokens: int = 0        # computed tokens dropped by recompute preemptions this step
+    swap_fallbacks: int = 0           # swaps refused for want of CPU swap space (recomputed instead)
     finished: list[int] = field(default_factory=list)               # retired after the step, seqs freed
     # time and memory: one entry per step (a window has several)
     starts: list[float] = field(default_factory=list)               # s
     durations: list[float] = field(default_factory=list)            # s
     waiting: list[int] = field(default_factory=list)                # queued requests at each start
     memory: list[MemoryStats] = field(default_factory=list)         # while the step runs
+    compute_bound: list[bool] = field(default_factory=list)         # kernels compute- (not memory-) bound
     tables: dict[int, list[int]] | None = None   # live seq -> block ids during the step (on request)
 
     @property
@@ -71,14 +76,23 @@ class StepPlan:
         return self.starts[-1] + self.durations[-1]
 
 
+#: What held waiting requests back after a step (`StepPlan.limited_by`, the summary's `limited_by`).
+LIMITS = ("", "kv_memory", "max_num_seqs", "token_budget")
+
+
 class Stepper:
     """Advances `scheduler` one step (or one fast-forward window) at a time, timed with `cost`
     (`step_time(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens)` and
-    `swap_time(tokens)`, seconds). `arrival_s` (sorted) is needed only for windows."""
+    `swap_time(tokens)`, seconds; optionally `compute_bound(...)` with the same arguments) plus
+    `cpu_seconds(sequences)` (an engine profile's CPU time; None: none). `arrival_s` (sorted) is
+    needed only for windows. `swap_s` adds up the PCIe time of the steps so far."""
 
-    def __init__(self, scheduler, cost, arrival_s: Sequence[float] = ()):
+    def __init__(self, scheduler, cost, arrival_s: Sequence[float] = (), cpu_seconds=None):
         self.sched, self.cost = scheduler, cost
         self.arrivals = list(arrival_s)
+        self.cpu_seconds = cpu_seconds
+        self.swap_s = 0.0
+        self._bound = getattr(cost, "compute_bound", None)
 
     # -- timing: the one place a step's duration is computed -------------------------------------
     def step_seconds(self, plan: StepPlan) -> float:
@@ -86,19 +100,39 @@ class Stepper:
         duration = self.cost.step_time(plan.prefill_tokens, plan.prefill_attn_tokens,
                                        plan.decode_seqs, plan.decode_context_tokens)
         if plan.swap_tokens:
-            duration += self.cost.swap_time(plan.swap_tokens)
+            swap = self.cost.swap_time(plan.swap_tokens)
+            self.swap_s += swap
+            duration += swap
+        if self.cpu_seconds is not None:
+            duration += self.cpu_seconds(plan.decode_seqs + len(plan.prefills))
         return duration
 
     def decode_seconds(self, num_seqs: int, first_context: int, steps: int) -> list[float]:
         """Durations of `steps` decode-only steps of `num_seqs` sequences reading `first_context`
         context tokens in the first and `num_seqs` more in each next one (a window): the same as
-        `step_seconds` of each such step, computed at once when the cost model can."""
+        `step_seconds` of each such step (kernels, then the profile's CPU time), computed at once when
+        the cost model can."""
         at_once = getattr(self.cost, "decode_step_times", None)
         if at_once is not None:
-            return at_once(num_seqs, first_context, steps)
-        step_time = self.cost.step_time
-        return [step_time(0, 0, num_seqs, c)
-                for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
+            durations = at_once(num_seqs, first_context, steps)
+        else:
+            step_time = self.cost.step_time
+            durations = [step_time(0, 0, num_seqs, c)
+                         for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
+        if self.cpu_seconds is not None:
+            cpu = self.cpu_seconds(num_seqs)
+            durations = [d + cpu for d in durations]
+        return durations
+
+    def _compute_bound(self, plan: StepPlan, num_seqs: int | None = None, context: int = 0) -> bool:
+        """Whether the kernels of `plan`'s step (or of a decode step of `num_seqs` sequences reading
+        `context` tokens) are compute-bound; False for cost models that do not say."""
+        if self._bound is None:
+            return False
+        if num_seqs is not None:
+            return self._bound(0, 0, num_seqs, context)
+        return self._bound(plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs,
+                           plan.decode_context_tokens)
 
     # -- one step -----------------------------------------------------------------------------
     def step(self, now: float, tables: bool = False) -> StepPlan | None:
@@ -115,6 +149,7 @@ class Stepper:
         duration = self.step_seconds(plan)
         plan.starts.append(now)
         plan.durations.append(duration)
+        plan.compute_bound.append(self._compute_bound(plan))
         sched.finish(plan, now + duration)
         return plan
 
@@ -150,9 +185,15 @@ class Stepper:
         if k < 2:
             return None
         memory = sched.advance(ids, k)
+        at_first, at_last = (self._compute_bound(last, num_seqs, context + j * num_seqs) for j in (1, k))
+        if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
+            bound = [at_first] * k
+        else:
+            bound = [self._compute_bound(last, num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
         return StepPlan(decodes=list(sched.running), decode_seqs=num_seqs,
                         decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
-                        starts=ends[:k], durations=durations[:k], waiting=waiting[:k], memory=memory)
+                        limited_by=last.limited_by, starts=ends[:k], durations=durations[:k],
+                        waiting=waiting[:k], memory=memory, compute_bound=bound)
 
     def _arrivals_in(self, starts: list[float], steps: int, nxt: int, queued: int) -> tuple[int, list[int]]:
         """How many of the `steps` steps starting at `starts` can be in a window, and the queue length

@@ -1,7 +1,8 @@
 """The engine's fast-forward windows are exact: every step row and request record equals the run
-that steps one at a time, across allocators, preemption modes, samples, prefix caching, queueing and
-ties between arrivals and step boundaries. Both modes share the scheduler and allocator, so this only
-proves the windows exact; tests/test_reference_engine.py checks both against an independent reference."""
+that steps one at a time, across allocators, preemption modes, samples, prefix caching, queueing,
+ties between arrivals and step boundaries, and engine profiles (their policies and CPU times). Both
+modes share the scheduler and allocator, so this only proves the windows exact;
+tests/test_reference_engine.py checks both against an independent reference."""
 
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from kvsim.trace_formats import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
+PROFILES = ("vllm-2023", "vllm-v1", "ideal")
 
 CONFIGS = {
     "paged": ({}, {}),
@@ -44,10 +46,11 @@ def both(trace, cfg, cost=None):
 
 @settings(max_examples=100, deadline=None)
 # found by this test: swapping two samples back in once checked their slots pooled, not per block
-@example(seed=0, config="paged-swap", num_blocks=40, samples=2, constant=False)
+@example(seed=0, config="paged-swap", num_blocks=40, samples=2, constant=False, profile="ideal")
 @given(seed=st.integers(0, 2**32 - 1), config=st.sampled_from(sorted(CONFIGS)),
-       num_blocks=st.integers(40, 400), samples=st.sampled_from([1, 1, 2, 3]), constant=st.booleans())
-def test_windows_equal_single_steps(seed, config, num_blocks, samples, constant):
+       num_blocks=st.integers(40, 400), samples=st.sampled_from([1, 1, 2, 3]), constant=st.booleans(),
+       profile=st.sampled_from(PROFILES))
+def test_windows_equal_single_steps(seed, config, num_blocks, samples, constant, profile):
     rng = np.random.default_rng(seed)
     num = 30
     # integer arrival times with a constant cost make exact ties between arrivals and step ends
@@ -58,15 +61,26 @@ def test_windows_equal_single_steps(seed, config, num_blocks, samples, constant)
     trace = Trace.from_arrays(arrivals, prompts, rng.integers(1, 150, num), n=rng.choice([1, samples], num),
                               prefix_group=groups, prefix_tokens=shared)
     cache, sched = CONFIGS[config]
-    cfg = SimConfig(DEP, CacheConfig(block_size=8, num_blocks=num_blocks, **cache), SchedulerConfig(**sched))
+    cfg = SimConfig(DEP, CacheConfig(block_size=8, num_blocks=num_blocks, **cache),
+                    SchedulerConfig(**profile_sched(sched, profile)), engine_profile=profile)
     both(trace, cfg, ConstantCost(0.25) if constant else None)
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
-def test_windows_equal_single_steps_on_a_shipped_trace(config):
+def profile_sched(sched: dict, profile: str) -> dict:
+    """The scheduler flags of a config under `profile`: vllm-2023 never chunks prompts, the others
+    take the profile's chunking unless the config sets it."""
+    if profile == "vllm-2023":
+        return {**sched, "chunked_prefill": False}
+    return sched
+
+
+@pytest.mark.parametrize("config, profile", [(c, "ideal") for c in sorted(CONFIGS)] + [
+    ("paged", "vllm-2023"), ("contiguous-pow2-first-fit", "vllm-2023"), ("paged-swap", "vllm-v1")])
+def test_windows_equal_single_steps_on_a_shipped_trace(config, profile):
     cache, sched = CONFIGS[config]
     trace = load_trace(ROOT / "traces" / "sharegpt_2rps_10min.jsonl").head(400)
-    both(trace, SimConfig(DEP, CacheConfig(kv_gib=4, **cache), SchedulerConfig(**sched)))
+    both(trace, SimConfig(DEP, CacheConfig(kv_gib=4, **cache), SchedulerConfig(**profile_sched(sched, profile)),
+                          engine_profile=profile))
 
 
 def test_windows_carry_most_steps_of_a_steady_decode_workload():

@@ -174,7 +174,7 @@ def test_device_check_predictions_are_the_simulators(name, cache):
     """gpu_harness/device_check.sh replays these on a GPU against the shipped prediction files, which
     must stay what kvsim predicts for the same flags."""
     cfg = SimConfig(Deployment(get_model("llama-3-8b"), get_gpu("h200")), CacheConfig(**cache),
-                    SchedulerConfig(preemption="swap" if cache else "recompute"))
+                    SchedulerConfig(preemption="swap" if cache else "recompute"), engine_profile="ideal")
     trace = load_trace(ROOT / "traces" / "alpaca_30rps_2min.jsonl").head(300)
     predicted = simulate(trace, cfg).steps.used_blocks.tolist()
     shipped = ROOT / "gpu_harness" / "expected" / f"{name}.csv"
