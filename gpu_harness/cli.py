@@ -128,6 +128,8 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
            max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences per batch."),
            preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
            prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
+           engine_profile: str = typer.Option("vllm-v1", "--engine-profile", help="Engine profile, as for "
+                                              "`kvsim run` (its policy decides the blocks held)."),
            max_requests: int = typer.Option(None, "--max-requests", min=1, help="Replay the first N "
                                             "requests (default: 12 on the CPU interpreter, all on a GPU)."),
            layers: int = typer.Option(2, "--layers", min=1, help="Layers with a real pool (GPU only; the "
@@ -160,7 +162,9 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
         dep = Deployment(get_model(model), get_gpu(gpu), tp)
         cfg = SimConfig(dep, CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
                                          prefix_caching=prefix_caching),
-                        SchedulerConfig(max_num_seqs=max_num_seqs, preemption=preemption))
+                        SchedulerConfig(max_num_seqs=max_num_seqs, preemption=preemption),
+                        engine_profile=engine_profile)
+        cfg.resolved()
         tr = load_trace(trace)
         limit = max_requests or (12 if backend.interpret else len(tr))
         tr = tr.head(min(limit, len(tr)))

@@ -45,14 +45,14 @@ if [ $cal_rc -eq 124 ]; then
 fi
 
 # Trace replay at the real Llama-3-8B shape (2 layers), blocks checked against kvsim's shipped
-# prediction (gpu_harness/expected/, made by `kvsim run ... --out` then `cut -d, -f1,8 steps.csv`).
+# prediction (gpu_harness/expected/, made by `kvsim run ... --engine-profile ideal --out` then `cut -d, -f1,8 steps.csv`).
 replay_rc=0
 for case in "alpaca-300-llama-3-8b-h200:" "alpaca-300-llama-3-8b-h200-48blocks-swap:--num-blocks 48 --preemption swap"; do
   name=${case%%:*}; flags=${case#*:}
   log "replay $name"
   # shellcheck disable=SC2086
   timeout 60 "$PY" -m gpu_harness replay traces/alpaca_30rps_2min.jsonl --model llama-3-8b --gpu h200 \
-    --max-requests 300 --layers 2 --check-every 20 $flags --expect "gpu_harness/expected/$name.csv" \
+    --max-requests 300 --layers 2 --check-every 20 --engine-profile ideal $flags --expect "gpu_harness/expected/$name.csv" \
     --json "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
   rc=$?; tail -n 14 "$OUT/replay-$name.log" | tee -a "$OUT/device_check.log"; log "replay $name exit $rc"
   [ $rc -ne 0 ] && replay_rc=$rc

@@ -162,7 +162,7 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
     if cfg.cache.allocator != "paged":
         raise ValueError("the replay drives the paged allocator; run it with --allocator paged")
     parts = build_run(trace, cfg)
-    sched, stepper = parts.scheduler, Stepper(parts.scheduler, parts.cost)
+    sched, stepper = parts.scheduler, Stepper(parts.scheduler, parts.cost, cpu_seconds=parts.profile.cpu_seconds)
     pool = _Pool(shape, parts.capacity_tokens // parts.block_size, parts.block_size, device, seed)
     times, now, nxt = trace.arrival_s.tolist(), 0.0, 0
     steps = checked = tokens = copies = max_held = preemptions = verified = 0

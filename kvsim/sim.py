@@ -60,9 +60,8 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
     log = StepLog(keep=keep_steps, sink=step_sink)
     start = time.perf_counter()
     profile = parts.profile
-    cpu = profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None
     engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
-                    fast_forward=fast_forward, cpu_seconds=cpu)
+                    fast_forward=fast_forward, cpu_seconds=profile.cpu_seconds)
     engine.run()
     wall = time.perf_counter() - start
     columns = {"id": _ids(trace), "arrival_s": np.asarray(trace.arrival_s),

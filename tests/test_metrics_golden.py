@@ -40,7 +40,8 @@ def trace_of(rows):
 
 
 def paged(num_blocks, **sched):
-    return SimConfig(DEP, CacheConfig(block_size=4, num_blocks=num_blocks), SchedulerConfig(**sched))
+    return SimConfig(DEP, CacheConfig(block_size=4, num_blocks=num_blocks), SchedulerConfig(**sched),
+                     engine_profile="ideal")
 
 
 def quantiles(p50, p90, p99, mean):

@@ -12,7 +12,7 @@ from kvsim.trace import Trace
 def _run(trace: Trace, num_blocks: int, **sched) -> dict:
     cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb"), 1),
                     CacheConfig(block_size=4, num_blocks=num_blocks, prefix_caching=True),
-                    SchedulerConfig(**sched))
+                    SchedulerConfig(**sched), engine_profile="ideal")
     return simulate(trace, cfg, cost=ConstantCost(0.01)).summary
 
 
@@ -30,7 +30,8 @@ def test_recomputation_hits_are_not_counted_as_prefix_hits():
     # 2 tokens, a recomputation hit that is not counted as a prefix-cache hit.
     trace = Trace.from_arrays([0.0, 0.0], [8, 9], [3, 3])
     cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb"), 1),
-                    CacheConfig(block_size=4, num_blocks=5, prefix_caching=True))
+                    CacheConfig(block_size=4, num_blocks=5, prefix_caching=True),
+                    engine_profile="ideal")
     res = simulate(trace, cfg, cost=ConstantCost(0.01))
     assert res.summary["preemptions"] == 1
     assert res.steps["prefill_tokens"].tolist() == [17, 0, 0, 2, 0]

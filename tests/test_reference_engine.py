@@ -110,7 +110,8 @@ def check_against_reference(arrivals, prompts, outputs, num_blocks, bs=4, step_s
                                          step_s, max_seqs, max_tokens)
     trace = Trace.from_arrays(np.asarray(arrivals, dtype=float), np.asarray(prompts), np.asarray(outputs))
     cfg = SimConfig(DEP, CacheConfig(block_size=bs, num_blocks=num_blocks),
-                    SchedulerConfig(max_num_seqs=max_seqs, max_batched_tokens=max_tokens))
+                    SchedulerConfig(max_num_seqs=max_seqs, max_batched_tokens=max_tokens),
+                    engine_profile="ideal")
     for fast in (False, True):
         res = simulate(trace, cfg, cost=ConstantCost(step_s), fast_forward=fast)
         got_steps = res.steps[list(want_steps[0])].to_dict("records") if want_steps else []

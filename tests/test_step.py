@@ -13,7 +13,7 @@ DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 def plans(trace, num_blocks, **sched):
     """Every request queued at 0; steps of 1 s plus 0.125 s per swapped token."""
     parts = build_run(trace, SimConfig(DEP, CacheConfig(block_size=4, num_blocks=num_blocks),
-                                       SchedulerConfig(**sched)))
+                                       SchedulerConfig(**sched), engine_profile="ideal"))
     for i in range(len(trace)):
         parts.scheduler.add(i, 0.0)
     stepper, now, out = Stepper(parts.scheduler, ConstantCost(1.0, 0.125)), 0.0, []
@@ -50,5 +50,5 @@ def test_swap_out_and_back_in_with_its_pcie_time():
 
 
 def test_nothing_to_run_is_none():
-    parts = build_run(Trace.from_arrays([0.0], [4], [2]), SimConfig(DEP, CacheConfig(num_blocks=8)))
+    parts = build_run(Trace.from_arrays([0.0], [4], [2]), SimConfig(DEP, CacheConfig(num_blocks=8), engine_profile="ideal"))
     assert Stepper(parts.scheduler, ConstantCost(1.0)).step(0.0) is None      # nothing added yet
