@@ -104,7 +104,7 @@ def test_a_kvsim_bug_is_one_line_and_exit_1(tmp_path, monkeypatch):
     def bug(*a, **k):
         return {}["missing"]
     monkeypatch.setattr(kvsim.sim, "simulate", bug)
-    res = runner.invoke(app, ["run", str(files(tmp_path)["ok"]), "--kv-gib", "1"])
+    res = runner.invoke(app, ["run", str(files(tmp_path)["ok"]), "--kv-gib", "1", "--quiet"])
     assert res.exit_code == 1
     assert res.output.startswith("error: internal error, please report it: KeyError: 'missing' (at ")
     assert "test_bad_input.py" in res.output and len(res.output.strip().splitlines()) == 1
