@@ -183,7 +183,7 @@ def test_contiguous_first_fit_external_fragmentation():
     TTFT 1, 1, 4 (mean 2); E2E 2, 3, 5 (mean 10/3); mean batch (2 + 2 + 1 + 1 + 1)/5 = 1.4; 3/5 req/s.
     """
     cfg = SimConfig(DEP, CacheConfig(allocator="contiguous", block_size=1, num_blocks=10, reserve="oracle",
-                                     placement="first-fit"), SchedulerConfig())
+                                     placement="first-fit"), SchedulerConfig(), engine_profile="ideal")
     res = simulate(trace_of([(0.0, 2, 2), (0.0, 3, 3), (0.0, 3, 2)]), cfg, cost=ConstantCost(1.0))
     s = res.summary
     assert res.steps.external_fragmentation.tolist() == [2, 2, 5, 0, 0]
