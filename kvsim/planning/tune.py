@@ -126,6 +126,13 @@ def _row(trace: Trace, cfg: SimConfig, bs: int, sat: SimResult, live: dict, bk: 
     }
 
 
+def _with_gather(cfg: SimConfig) -> SimConfig:
+    """`cfg` with the paged kernel's gather cost on, whatever the engine profile: the block-size
+    dependence of that cost (cost model factor or calibration) is the trade the tuner measures, so the
+    saturated runs always pay it (vllm-v1, which models today's kernels at block 16, leaves it out)."""
+    return replace(cfg, engine_profile=replace(cfg.profile(), paged_penalty=True))
+
+
 def tune_block_size(trace: Trace | str, *, block_sizes=BLOCK_SIZES, bookkeeping: Bookkeeping | None = None,
                     workers: int | None = 1, **flags) -> TuneResult:
     """Sweep `block_sizes` (tokens) for `trace` (a Trace or a trace file) with the paged allocator on the
@@ -148,7 +155,7 @@ def tune_block_size(trace: Trace | str, *, block_sizes=BLOCK_SIZES, bookkeeping:
         raise ValueError("the trace has no requests")
     bk = bookkeeping or Bookkeeping()
     flags = {**flags, "allocator": "paged"}
-    cfgs = [make_config(**flags, block_size=b) for b in sizes]
+    cfgs = [_with_gather(make_config(**flags, block_size=b)) for b in sizes]
     sat = [simulate(saturated(trace), c) for c in cfgs]
     rows = run_sweep({"block_size": sizes}, base=flags, trace=trace, workers=workers)
     failed = rows[rows.status != "ok"]
