@@ -33,7 +33,10 @@ from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.tracegen import generate
 preset, rate, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 trace = generate(preset, rate_rps=rate, duration_s=duration, seed=0)
-cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")), CacheConfig(kv_gib=12))
+import dataclasses
+# the kernels-only profile where one exists: the old commit had no engine profiles (outputs must match)
+extra = {"engine_profile": "ideal"} if "engine_profile" in {f.name for f in dataclasses.fields(SimConfig)} else {}
+cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")), CacheConfig(kv_gib=12), **extra)
 r = simulate(trace, cfg)
 req, steps = r.requests, r.steps
 done = (req.status == "finished").to_numpy()
