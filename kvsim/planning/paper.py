@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvsim.planning.runs import run_flags
+from kvsim.planning.runs import SYSTEMS as RUN_SYSTEMS, run_flags
 from kvsim.planning.sweep import run_sweep
 
 #: The paper's deployments (Table 1) as run flags.
@@ -25,13 +25,9 @@ SETUPS: dict[str, dict] = {
     "OPT-175B": {"model": "opt-175b", "gpu": "a100-80gb", "tp": 8, "kv_gib": 264},
 }
 #: The systems compared, with the paper's names, as run flags.
-SYSTEMS: dict[str, dict] = {
-    "vLLM (paged)": {"allocator": "paged"},
-    "Orca (Oracle)": {"allocator": "contiguous", "reserve": "oracle"},
-    "Orca (Pow2)": {"allocator": "contiguous", "reserve": "pow2"},
-    "Orca (Max)": {"allocator": "contiguous", "reserve": "max"},
-    "FasterTransformer (static)": {"allocator": "contiguous", "reserve": "max", "batching": "static"},
-}
+SYSTEMS: dict[str, dict] = {paper: RUN_SYSTEMS[name] for paper, name in (
+    ("vLLM (paged)", "paged"), ("Orca (Oracle)", "contiguous-oracle"), ("Orca (Pow2)", "contiguous-pow2"),
+    ("Orca (Max)", "contiguous-max"), ("FasterTransformer (static)", "static"))}
 #: A system's capacity: the rate (interpolated) where its normalized latency first exceeds KNEE_FACTOR
 #: times the lowest normalized latency any system reaches at the lowest rate of the grid.
 KNEE_FACTOR = 2.0

@@ -12,21 +12,12 @@ import pandas as pd
 
 from kvsim.planning import figures
 from kvsim.planning.report import Report
-from kvsim.planning.runs import make_config
+from kvsim.planning.runs import SYSTEMS, make_config
 from kvsim.planning.sweep import run_sweep
 from kvsim.planning.tune import BLOCK_SIZES, tune_block_size
 from kvsim.sim import simulate
 from kvsim.trace import Trace
 
-#: The systems compared, as run flags: PagedAttention, the Orca-style contiguous reservations and
-#: FasterTransformer-style static batching (vLLM paper, section 6).
-SYSTEMS: dict[str, dict] = {
-    "paged": {"allocator": "paged"},
-    "contiguous-oracle": {"allocator": "contiguous", "reserve": "oracle"},
-    "contiguous-pow2": {"allocator": "contiguous", "reserve": "pow2"},
-    "contiguous-max": {"allocator": "contiguous", "reserve": "max"},
-    "static": {"allocator": "contiguous", "reserve": "max", "batching": "static"},
-}
 #: Request rates of the latency curve, as multiples of the trace's own rate.
 RATE_MULTIPLES = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
 #: Columns of the per-system table (summary_row names) and their headers.

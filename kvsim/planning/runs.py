@@ -193,3 +193,14 @@ def simulate(trace: Trace | str | Path, config: SimConfig | None = None, *,
     if config is None or flags:
         config = make_config(config, **flags)
     return run(trace, config, progress)
+
+
+#: The systems compared, as run flags: PagedAttention, the Orca-style contiguous reservations and
+#: FasterTransformer-style static batching (vLLM paper, section 6).
+SYSTEMS: dict[str, dict] = {
+    "paged": {"allocator": "paged"},
+    "contiguous-oracle": {"allocator": "contiguous", "reserve": "oracle"},
+    "contiguous-pow2": {"allocator": "contiguous", "reserve": "pow2"},
+    "contiguous-max": {"allocator": "contiguous", "reserve": "max"},
+    "static": {"allocator": "contiguous", "reserve": "max", "batching": "static"},
+}
