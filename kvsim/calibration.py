@@ -6,11 +6,12 @@ not read here. Units: seconds, bytes, bytes/s.
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvsim.files import read_json_object
 
 CALIBRATION_FORMAT = "kvsim-calibration/1"
 
@@ -85,12 +86,7 @@ def load_calibration(path: str | Path, force: bool = False) -> Calibration:
     unless `force=True`.
     """
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read calibration file: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: a calibration file must hold a JSON object")
+    doc = read_json_object(path, "calibration file")
     if doc.get("format") != CALIBRATION_FORMAT:
         raise ValueError(f"{path}: field 'format' must be {CALIBRATION_FORMAT!r}, got {doc.get('format')!r}")
     usable = doc.get("usable_for_prediction")

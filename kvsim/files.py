@@ -13,6 +13,7 @@ Plain Python (no typer, no SimPy): the CLI, the planning tools and the GPU harne
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from contextlib import contextmanager, suppress
@@ -113,3 +114,16 @@ def is_complete_result(path: str | Path, last: str = "summary.json") -> bool:
     """Whether folder `path` holds a complete result: its `last` file and no INCOMPLETE marker."""
     path = Path(path)
     return (path / last).is_file() and not (path / INCOMPLETE_MARKER).exists()
+
+
+def read_json_object(path: str | Path, what: str) -> dict:
+    """The JSON object in file `path`; ValueError naming the file and `what` it should be when it cannot
+    be read, is not JSON, or holds something other than an object."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read {what}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: a {what} must hold a JSON object")
+    return doc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvsim.files import read_json_object
 from kvsim.specs import ModelSpec
 
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
@@ -70,12 +71,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read model config: {exc}") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path}: a model config must be a JSON object")
+    cfg = read_json_object(path, "model config")
     _check_integers(cfg, path)
 
     def need(*keys):
