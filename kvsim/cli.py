@@ -14,27 +14,13 @@ from typing import Optional
 
 import typer
 
-from kvsim.cli_engine import calibrate_engine
-from kvsim.cli_plan import register as register_planning
-from kvsim.cli_report import register as register_reports
-from kvsim.cli_trace import trace_app
-
-# The simulator, the trace readers, rich and pandas are imported inside the commands that need them,
-# so `kvsim --help` loads typer and little else (plain help, no rich markup).
-from kvsim.cli_errors import KvsimGroup
+# The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
+# the other commands (kvsim.cli_lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
+from kvsim.cli_lazy import RootGroup
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
-app = typer.Typer(cls=KvsimGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
+app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
-app.add_typer(trace_app, name="trace")
-app.command("calibrate-engine")(calibrate_engine)
-register_planning(app)
-register_reports(app)
-try:  # the harness commands import torch/triton lazily, inside each command
-    from gpu_harness.cli import harness_app
-    app.add_typer(harness_app, name="harness")
-except ImportError:  # pragma: no cover - gpu_harness is shipped in the same distribution
-    pass
 
 
 class AllocatorKind(str, Enum):

@@ -1,6 +1,6 @@
 """One error policy for every `kvsim` command, old and new: no input ends in a traceback.
 
-`KvsimGroup` is the click group class of the root typer app (`typer.Typer(cls=KvsimGroup)`). Every
+`KvsimGroup` is the click group class of the root typer app (through `kvsim.cli_lazy.RootGroup`). Every
 command and sub-command runs inside its `invoke`, so a command needs no try/except of its own:
 - bad input (`ValueError`, which includes `TraceError` and JSON and Unicode errors, and `OSError`: a
   missing, unreadable or unwritable file) prints `error: <message>` on stderr and exits with status 2;
@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import traceback
 
-import click
 import typer
-import typer.exceptions
 from typer.core import TyperGroup
 
-#: How click and typer end a command on purpose (passed through untouched).
-_CONTROL = (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort,
-            typer.exceptions.TyperException)    # typer's own click: usage errors, bad parameters
+#: How click and typer end a command on purpose (passed through untouched). Recent typer carries its own
+#: copy of click, whose exceptions derive from typer's (importing click as well would only cost time).
+try:
+    import typer._click   # noqa: F401
+    _CONTROL: tuple = (typer.Exit, typer.Abort, typer.TyperException)
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    import click
+    _CONTROL = (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort)
 
 #: What a user can cause with bad input; anything else reaching the top is a bug.
 USER_ERRORS = (ValueError, OSError)
@@ -49,7 +52,7 @@ def fail(message: str, code: int = 2) -> None:
 class KvsimGroup(TyperGroup):
     """The root command group: runs the chosen command and turns its exceptions into one line."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except _CONTROL:

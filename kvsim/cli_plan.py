@@ -230,9 +230,3 @@ def sweep(
                f"{time.perf_counter() - start:.1f} s")
     for row in failed.head(5).itertuples():
         typer.echo(f"  failed {row.run_id}: {row.error}", err=True)
-
-
-def register(app: typer.Typer) -> None:
-    """Add `capacity` and `sweep` to the `kvsim` app."""
-    app.command()(capacity)
-    app.command()(sweep)

@@ -203,10 +203,3 @@ def paper_cmd(
         res = run_paper(QUICK if quick else FULL, workers=workers or os.cpu_count())
         write_report(paper_report(res), out, force)
     typer.echo(f"wrote {out}/report.md and {out}/report.html ({res.wall_s:.0f} s of runs)")
-
-
-def register(app: typer.Typer) -> None:
-    """Add the commands to the `kvsim` app."""
-    app.command("tune-block-size")(tune_block_size_cmd)
-    app.command("report")(report_cmd)
-    app.command("paper")(paper_cmd)

@@ -26,3 +26,38 @@ def test_help_loads_no_heavy_module():
 def test_help_names_match_the_modules():
     assert cli_trace.FORMAT_NAMES == FORMATS
     assert cli_trace.PRESET_NAMES == tuple(PRESETS)
+
+
+def test_lazy_commands_are_listed_as_if_loaded():
+    """`kvsim --help` lists the lazy commands from kvsim.cli_lazy.LAZY without importing them; at
+    every width the list must read exactly as it does once every command is loaded."""
+    code = ("import sys\nfrom typer.testing import CliRunner\nimport typer.main\nimport kvsim.cli\n"
+            "from kvsim.cli_lazy import LAZY\n"
+            "group = typer.main.get_command(kvsim.cli.app)\n"
+            "def listing(width):\n"
+            "    ctx = group.make_context('kvsim', [], max_content_width=width, resilient_parsing=True)\n"
+            "    return group.get_help(ctx)\n"
+            "lazy = [listing(w) for w in (60, 80, 200)]\n"
+            "assert not {'kvsim.cli_plan', 'kvsim.cli_report', 'kvsim.cli_trace', 'gpu_harness.cli'}"
+            " & set(sys.modules)\n"
+            "for name in LAZY:\n"
+            "    group.get_command(None, name)\n"
+            "assert 'kvsim.cli_plan' in sys.modules\n"
+            "loaded = [listing(w) for w in (60, 80, 200)]\n"
+            "assert lazy == loaded, (lazy, loaded)\n"
+            "print(lazy[2])\nprint(len(lazy[2].splitlines()))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
+                         stdout=subprocess.PIPE, env={"PYTHONPATH": str(ROOT), "PATH": "",
+                                                      "COLUMNS": "200"}).stdout
+    lines = out.splitlines()
+    assert "meeting it, its latency-against-rate curve" in out   # the widest list shows long summaries
+    assert int(lines[-1]) == 18   # usage, text, options and the ten commands, with blank lines between
+
+
+def test_lazy_command_runs_and_reports_bad_input():
+    """A lazily loaded command runs under the root's error policy: bad input is one line, exit 2."""
+    from typer.testing import CliRunner
+    import kvsim.cli
+    result = CliRunner().invoke(kvsim.cli.app, ["trace", "stats", "no-such-file.jsonl"])
+    assert result.exit_code == 2
+    assert "no-such-file.jsonl" in result.output and "Traceback" not in result.output
