@@ -33,17 +33,31 @@ def weight_bytes_per_param(quant: dict, where: str) -> float:
     if method == "bitsandbytes":
         return 0.5 if quant.get("load_in_4bit") else 1.0
     if method in _GROUPED:
-        bits, group = int(quant.get("bits", quant.get("w_bit", 4))), int(quant.get("group_size", quant.get("q_group_size", 128)))
+        bits = _quant_int(quant, ("bits", "w_bit"), 4, 1, where)
+        group = _quant_int(quant, ("group_size", "q_group_size"), 128, -1, where)   # -1: one group per row
         return bits / 8 + ((2 + bits / 8) / group if group > 0 else 0.0)
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
-        for group in groups.values():
+        for name, group in groups.items():
             weights = group.get("weights") or {}
             if "num_bits" in weights:
-                return int(weights["num_bits"]) / 8
+                path = f"quantization_config.config_groups.{name}.weights"
+                return _quant_int(weights, ("num_bits",), 8, 1, where, path) / 8
         raise ValueError(f"{where}: quantization_config.config_groups has no weights.num_bits")
     known = ", ".join([*_FIXED_BYTES, "bitsandbytes", *_GROUPED, "compressed-tensors"])
     raise ValueError(f"{where}: quantization_config.quant_method {method!r} is not known; known: {known}")
+
+
+def _quant_int(quant: dict, keys: tuple[str, ...], default: int, low: int, where: str,
+               path: str = "quantization_config") -> int:
+    """The first of `keys` present in `quant` (else `default`) as an int >= `low`; ValueError naming it."""
+    key = next((k for k in keys if k in quant), None)
+    if key is None:
+        return default
+    value = quant[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{where}: {path}.{key} must be an integer >= {low}, got {value!r}")
+    return value
 
 
 #: Integer fields read from a config: shapes must be >= 1, counts and optional sizes >= 0.

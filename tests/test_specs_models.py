@@ -80,6 +80,24 @@ def test_fp8_and_int4_weights_shrink_and_embeddings_stay_bf16(tmp_path):
         load_hf_config(write(tmp_path, {**LLAMA3_8B, "quantization_config": {"quant_method": "hqq"}}))
 
 
+@pytest.mark.parametrize("quant, field", [
+    ({"quant_method": "gptq", "bits": "four"}, "quantization_config.bits"),
+    ({"quant_method": "awq", "w_bit": 0}, "quantization_config.w_bit"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 12.5}, "quantization_config.group_size"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": None}}}},
+     "quantization_config.config_groups.g.weights.num_bits"),
+])
+def test_malformed_quantization_numbers_name_their_field(tmp_path, quant, field):
+    with pytest.raises(ValueError, match=rf"config.json: {field} must be an integer >= "):
+        load_hf_config(write(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
+
+
+def test_gptq_group_size_minus_one_means_no_group_scales(tmp_path):
+    gptq = load_hf_config(write(tmp_path, {**LLAMA3_8B, "quantization_config": {
+        "quant_method": "gptq", "bits": 4, "group_size": -1}}))
+    assert gptq.weight_bytes == 6_979_321_856 // 2 + 1_050_673_152 * 2   # 0.5 B per layer weight
+
+
 def test_kv_cache_dtype_fp8_doubles_the_slots():
     spec = get_model("llama-3-8b")
     fp8 = spec.with_kv_cache_dtype("fp8")
