@@ -162,9 +162,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
             result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
-    except ValueError as exc:
+    except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
+        if not isinstance(exc, ValueError):
+            raise
         error(str(exc))
     warn_swap_fallbacks(result.summary, cfg.cache.swap_gib)
     if out is not None:

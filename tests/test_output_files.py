@@ -107,6 +107,20 @@ def test_ctrl_c_while_simulating_creates_no_folder(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_ctrl_c_after_steps_were_streamed_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """steps.csv streams to a temporary file during the run; Ctrl-C mid-run removes it."""
+    import numpy as np
+
+    def interrupted(*a, step_sink=None, **k):
+        step_sink({"time_s": np.array([0.5]), "batch_size": np.array([3])})   # one chunk streamed
+        assert any(p.name.endswith(".tmp") for p in tmp_path.rglob("*"))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(kvsim.sim, "simulate", interrupted)
+    res = _run(tmp_path / "out")
+    assert res.exit_code == 130
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 def test_json_outputs_are_whole(tmp_path, monkeypatch):
     s = tmp_path / "s.json"
     write_text_atomic(s, "previous")
