@@ -178,6 +178,9 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
                 break
             now = times[nxt]
             continue
+        for parent, child in plan.reforked:    # dead beams replaced by forks, before the writes
+            pool.shadow[child] = [(k.clone(), v.clone()) for k, v in pool.shadow[parent]]
+            pool.written[child] = pool.written[parent]
         _track_sequences(pool, sched, plan)
         if plan.copies:
             pool.copy(layout.copy_mapping(plan.copies, device))

@@ -16,6 +16,7 @@ import typer
 
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli_lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
+from kvsim.beams import BEAM_DEATH_RATE
 from kvsim.cli_lazy import RootGroup
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
@@ -127,6 +128,10 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         swap_multi_seq: bool = typer.Option(False, "--swap-multi-seq", help="Preempt requests with more "
                                             "than one sequence (n > 1, beams) by swap even under "
                                             "--preemption recompute (vLLM 2023)."),
+        beam_death_rate: float = typer.Option(BEAM_DEATH_RATE, "--beam-death-rate", min=0.0, max=0.999,
+                                              help="Beam search: probability per decode step that a "
+                                              "beam dies and is replaced by a fork of a surviving one "
+                                              "(0: beams are plain samples; docs/sharing.md)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
         quiet: bool = QuietOpt) -> None:
@@ -148,7 +153,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      engine_profile)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
                                          placement=placement.value),
-                      scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq))
+                      scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
+                                        beam_death_rate=beam_death_rate))
         cfg.resolved()                                   # flags that contradict the profile fail here
         if not quiet:
             print_startup(cfg)

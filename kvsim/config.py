@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.alloc import ALLOCATORS, make_allocator
+from kvsim.beams import BEAM_DEATH_RATE
 from kvsim.calibration import Calibration
 from kvsim.cost import STEP_OVERHEAD_S, CostModel
 from kvsim.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
@@ -27,7 +28,9 @@ class SchedulerConfig:
     under recompute (vLLM 2023: diverged samples cannot be recomputed as one prompt); recomputing them
     re-prefills the prompt once and each sample's own outputs (docs/sharing.md).
     `chunked_prefill` None: the engine profile's default. `separate_prefill`: a step runs prompts or
-    decodes, never both (both also set by the engine profile, see `SimConfig.resolved`)."""
+    decodes, never both (both also set by the engine profile, see `SimConfig.resolved`).
+    `beam_death_rate`: probability that a beam of a beam-search request dies at a decode step and is
+    replaced by a fork of a surviving beam (docs/sharing.md); 0 makes beams plain parallel samples."""
 
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
@@ -36,10 +39,13 @@ class SchedulerConfig:
     batching: str = "continuous"
     swap_multi_seq: bool = False
     separate_prefill: bool = False
+    beam_death_rate: float = BEAM_DEATH_RATE
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
+        if not 0 <= self.beam_death_rate < 1:
+            raise ValueError(f"--beam-death-rate must be in [0, 1), got {self.beam_death_rate}")
         if self.preemption not in ("recompute", "swap"):
             raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
         if self.batching not in ("continuous", "static"):
@@ -151,7 +157,7 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         def block_ids(i: int) -> list[int]:
             return trace.prompt_block_ids(i, cache.block_size)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
-    sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids)
+    sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
     cost = CostModel(dep, cache.block_size, penalty, cfg.calibration,
                      step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)

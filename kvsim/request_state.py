@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvsim.alloc.base import Allocator, MemoryStats
+from kvsim.beams import BeamModel
 from kvsim.trace import Trace
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class RequestState:
         self.prompt: list[int] = trace.prompt_tokens.tolist()
         self.output: list[int] = trace.output_tokens.tolist()
         self.n: list[int] = np.maximum(trace.n, trace.beam_width).tolist()
+        self.beam: list[int] = trace.beam_width.tolist()
         num = len(self.prompt)
         self.generated = [0] * num          # output tokens emitted so far (per sample)
         self.prefill_left = [0] * num       # prompt tokens still to compute (chunked prefill)
@@ -69,9 +71,9 @@ class SchedulerBase:
     """Queues and per-request state over one allocator; subclasses decide each step (`schedule`)."""
 
     def __init__(self, trace: Trace, allocator: Allocator, config: SchedulerConfig,
-                 max_seq_len: int, swap_tokens: int = 0, block_ids=None):
+                 max_seq_len: int, swap_tokens: int = 0, block_ids=None, seed: int = 0):
         """`swap_tokens`: CPU swap space in KV slots; `block_ids(i)`: prompt block content ids for
-        prefix caching (None without)."""
+        prefix caching (None without); `seed`: the run's (beam search draws, `kvsim.beams`)."""
         self.alloc, self.cfg, self.max_seq_len = allocator, config, max_seq_len
         self.swap_tokens = swap_tokens
         self.block_ids = block_ids          # callable(i) -> prompt block content ids, or None
@@ -81,6 +83,12 @@ class SchedulerBase:
         self.prefill_left, self.kv_len, self.preemptions = req.prefill_left, req.kv_len, req.preemptions
         self.admitted_s, self.first_token_s, self.finished_s = req.admitted_s, req.first_token_s, req.finished_s
         self.status, self.reason = req.status, req.reason
+        self.beam = req.beam
+        # beam search (kvsim.beams): None when no request has beams or they never die (plain samples)
+        rate = config.beam_death_rate
+        self.beams = BeamModel(rate, seed) if rate > 0 and max(self.beam, default=1) > 1 else None
+        self.beam_forks = 0                 # dead beams replaced by forks of survivors
+        self.beam_copied_slots = 0          # KV slots copied by those forks (contiguous memory)
         self.stride = max(self.n, default=1)
         self.waiting: deque[int] = deque()
         self.swapped: deque[int] = deque()
@@ -169,6 +177,28 @@ class SchedulerBase:
                 self.alloc.free(s)
             self.status[i], self.finished_s[i] = FINISHED, now
             self.num_finished += 1
+            if self.beams is not None:
+                self.beams.forget(i)
+
+    def _beam_step(self, decoding: list[int], plan: StepPlan) -> None:
+        """Before a decode step's slots are taken: replace the beams that died after the last step
+        by forks of survivors (`kvsim.beams`), from each beam request's second generated token on.
+        Paged memory shares the parent's blocks (copy-on-write on the next append); contiguous memory
+        copies the parent's slots into the dead beam's reservation (`plan.copied_slots`)."""
+        beam, generated, stride, alloc = self.beam, self.generated, self.stride, self.alloc
+        for i in decoding:
+            if beam[i] > 1 and generated[i] >= 2:
+                base = i * stride
+                for parent, child in self.beams.replacements(i, self.n[i]):
+                    copied = alloc.refork(base + parent, base + child)
+                    plan.reforked.append((base + parent, base + child))
+                    plan.copied_slots += copied
+                    self.beam_forks += 1
+                    self.beam_copied_slots += copied
+
+    def beams_running(self) -> bool:
+        """Whether a running request's beams may die at its next step (no exact fast-forward then)."""
+        return self.beams is not None and any(self.beam[i] > 1 for i in self.running)
 
     # -- helpers --------------------------------------------------------------------------------
     def seq_ids(self, i: int) -> range:

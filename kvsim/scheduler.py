@@ -9,7 +9,8 @@ calls the allocator; everyone else asks the scheduler. Units: tokens (KV slots) 
 
 A request with prompt P and M outputs takes one prefill (which emits its first token) and M - 1
 decode steps; it holds P + g KV slots after emitting g tokens (g >= 1) and peaks at P + M - 1.
-Parallel samples (`n`, and `beam_width` approximated as samples) share the prompt by `fork`.
+Parallel samples (`n`) and beams (`beam_width`) share the prompt by `fork`; beams also die and are
+replaced by forks of survivors at decode steps (`kvsim.beams`), so they share generated blocks too.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class Scheduler(SchedulerBase):
             decoding = [i for i in running if not prefill_left[i]]
         else:
             decoding = running[:]
+        if self.beams is not None:
+            self._beam_step(decoding, plan)
         ids = self._decoding_seq_ids(decoding)
         preempted, done = False, 0
         while True:
@@ -94,7 +97,7 @@ class Scheduler(SchedulerBase):
         out: (decoding sequence ids in `_grow_running` order, steps that can run at once before a
         request's last token or the free memory runs out, context tokens held now); else None. The
         stepper may then run up to that many steps at once (`advance`)."""
-        if self.swapped or not self.running:
+        if self.swapped or not self.running or self.beams_running():
             return None
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
         if any(prefill_left[i] for i in running):

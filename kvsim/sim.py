@@ -74,6 +74,8 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
                        "bytes": sched.swapped_tokens * cfg.deployment.kv_bytes_per_token(),
                        "time_s": engine.stepper.swap_s, "fallbacks_to_recompute": sched.swap_fallbacks}
     summary["recomputed_tokens"] = sched.recomputed_tokens
+    summary["beam"] = {"death_rate": cfg.scheduler.beam_death_rate, "forks": sched.beam_forks,
+                       "copied_slots": sched.beam_copied_slots}
     return SimResult(summary, columns, log)
 
 

@@ -25,6 +25,8 @@ class StaticScheduler(Scheduler):
             plan.prefill_tokens = longest * len(plan.prefills)
             plan.batch_requests = len(self.running)
             return plan
+        if self.beams is not None:
+            self._beam_step([i for i in self.running if self.generated[i] < self.output[i]], plan)
         for i in self.running:
             n = self.n[i]
             if self.generated[i] < self.output[i]:

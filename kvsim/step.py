@@ -3,7 +3,8 @@
 `Stepper.step(now)` asks the scheduler for the next step (which does its memory bookkeeping), times
 it, and finishes it (emits tokens, retires finished requests), returning a `StepPlan`: who runs with
 how many prefill and decode tokens, every allocator call (sequences given memory, forks, copy-on-write
-block pairs, sequences freed), swaps out and in, preemptions, finishes, the queue length, the memory
+block pairs, sequences freed, dead beams replaced by forks of survivors: `reforked`, made before the
+step's writes), swaps out and in, preemptions, finishes, the queue length, the memory
 while the step runs, its start and duration; the engine turns it into a timeout and a log row, the
 harness into kernel inputs (`gpu_harness.layout`), like vLLM's scheduler output with `blocks_to_copy`.
 
@@ -50,6 +51,8 @@ class StepPlan:
     allocated: list[tuple[int, int]] = field(default_factory=list)  # (seq, prefix-cache hit tokens)
     forked: list[tuple[int, int]] = field(default_factory=list)     # (parent seq, child seq)
     copies: list[tuple[int, int]] = field(default_factory=list)     # copy-on-write (src, dst) blocks
+    reforked: list[tuple[int, int]] = field(default_factory=list)   # beams: (parent seq, replaced seq)
+    copied_slots: int = 0             # KV slots the refork copied (contiguous memory; paged: 0)
     freed: list[int] = field(default_factory=list)                  # seqs freed by preemption
     preempted: list[int] = field(default_factory=list)              # requests
     swapped_out: list[int] = field(default_factory=list)            # requests (of `preempted`)

@@ -86,6 +86,11 @@ class Allocator(Protocol):
     def fork(self, parent_id: int, child_id: int) -> None:
         """Make `child_id` a copy of `parent_id` (paged: sharing its blocks)."""
 
+    def refork(self, parent_id: int, child_id: int) -> int:
+        """Make live `child_id` hold what live `parent_id` holds (beam search: a dead beam replaced
+        by a fork of a survivor); paged: share the parent's blocks, freeing the child's unshared ones;
+        contiguous: copy into the child's own reservation. Returns the slots copied now."""
+
     def free(self, seq_id: int) -> None:
         """Release everything `seq_id` holds."""
 

@@ -124,6 +124,20 @@ class ContiguousAllocator:
             raise AllocationError(f"sequence id {child_id} is already allocated")
         self._place(child_id, self._extent[parent_id][1], self._tokens[parent_id], self._final[parent_id])
 
+    def refork(self, parent_id: int, child_id: int) -> int:
+        """Make live `child_id` a copy of live `parent_id` (a dead beam replaced by a survivor's fork)
+        inside its own reservation: the parent's written slots are copied into it; returns how many."""
+        self._check_id(parent_id)
+        self._check_id(child_id)
+        tokens, final = self._tokens[parent_id], self._final[parent_id]
+        if final > self._extent[child_id][1]:
+            raise AllocationError(f"sequence {child_id}: its reservation of {self._extent[child_id][1]} "
+                                  f"slots cannot hold a copy of sequence {parent_id} (final {final})")
+        self._sum_tokens += tokens - self._tokens[child_id]
+        self._sum_final += final - self._final[child_id]
+        self._tokens[child_id], self._final[child_id] = tokens, final
+        return tokens
+
     def free(self, seq_id: int) -> None:
         """Return `seq_id`'s extent to the pool (first fit coalesces it with free neighbours)."""
         self._check_id(seq_id)

@@ -141,6 +141,15 @@ class PagedAllocator(PagedStats, PagedWindows):
         self._sum_reach += min(parent.final, len(parent.table) * self.block_size)
         self._sum_blocks += len(parent.table)
 
+    def refork(self, parent_id: int, child_id: int) -> int:
+        """Make live `child_id` a fork of live `parent_id` (a dead beam replaced by a survivor's fork):
+        it drops its blocks (those no one else holds are freed at once) and shares all the parent's.
+        Returns 0 slots copied: a shared partly filled last block is copied on the next append."""
+        self._seq(parent_id)
+        self.free(child_id)
+        self.fork(parent_id, child_id)
+        return 0
+
     def free(self, seq_id: int) -> None:
         """Drop `seq_id`'s references; blocks no one holds become free (cached ones evictable, the
         sequence's last block first, so the tail of a prefix is evicted before its head)."""
