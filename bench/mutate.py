@@ -36,10 +36,13 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "alloc": (["kvsim/alloc/*"],
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
                "tests/test_metrics_golden.py", "tests/test_engine.py"]),
-    "cost": (["kvsim/cost.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py"]),
-    "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py"]),
-    "trace": (["kvsim/trace.py", "kvsim/trace_formats.py", "kvsim/trace_jsonl.py"],
-              ["tests/test_trace.py", "tests/test_trace_formats.py"]),
+    "cost": (["kvsim/cost.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py",
+                                 "tests/test_cost_profiles.py"]),
+    "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
+                                   "tests/test_specs_validation.py", "tests/test_specs_bounds.py"]),
+    "trace": (["kvsim/trace_formats.py", "kvsim/trace_jsonl.py"],        # the readers, not kvsim/trace.py
+              ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_bad_input.py",
+               "tests/test_cli_trace.py"]),
 }
 
 

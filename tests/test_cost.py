@@ -210,3 +210,98 @@ def test_untied_embeddings_are_neither_computed_nor_read_twice(ideal):
     model = CostModel(Deployment(get_model("llama-2-7b"), get_gpu("a100-80gb"), 1), 16, paged=True)
     assert (model.linear_time(8192) - model.linear_time(4096)) / 4096 == pytest.approx(4.1524718e-5, rel=1e-7)
     assert model.linear_time(1) == pytest.approx(6.4825189e-3, rel=1e-7)
+
+
+def test_tied_embeddings_are_read_once_as_the_lm_head(ideal):
+    """OPT-13B's tied table is read as the LM head: a 1-token step reads every weight, 12.85e9 x 2 B =
+    25.7e9 B at the A100-40GB's 1.555e12 B/s = 16.527331 ms (compute: 80.7 us, less)."""
+    model = CostModel(Deployment(get_model("opt-13b"), get_gpu("a100-40gb"), 1), 16, paged=True)
+    assert model.linear_time(1) == pytest.approx(25.7e9 / 1.555e12, rel=1e-12)
+
+
+def test_no_all_reduce_and_one_token_kv_write_without_tensor_parallelism(distinct):
+    """tp = 1 has no all-reduce at all (not even the 5 us latency); one token's KV write is the fixed
+    2 layers x 4 us plus 512 B / 5e8 B/s = 1.024 us."""
+    model = tiny_cost(tp=1)
+    assert model.all_reduce_time(10) == 0.0
+    assert model.store_kv_time(1) == pytest.approx(8e-6 + 1.024e-6, rel=1e-12)
+
+
+def test_decode_step_times_by_hand_and_equal_to_step_time(distinct):
+    """tp = 2, paged block 16 (overhead 1.5), 4 sequences from 400 context tokens. First step:
+    overhead 1 ms; linear 2 x 10 us + max(4 x 2 us, 2 ms + 4 x 2.048 us) = 2.028192 ms;
+    decode attention 1.5 x (60 us + 4 x 2 x 1 us + 400 x 0.512 us) = 409.2 us; KV write
+    8 us + 4 x 0.512 us = 10.048 us; all-reduce 20 us + 4 x 0.512 us = 22.048 us: 3.469488 ms.
+    Each later step reads 4 more tokens: 1.5 x 4 x 0.512 us = 3.072 us more."""
+    model = tiny_cost(tp=2, paged=True, block_size=16)
+    times = model.decode_step_times(4, 400, 3)
+    assert times == pytest.approx([3.469488e-3, 3.47256e-3, 3.475632e-3], rel=1e-12)
+    assert times == [model.step_time(0, 0, 4, c) for c in (400, 404, 408)]     # bit for bit
+    assert model.decode_step_times(0, 0, 2) == [OVERHEAD_S, OVERHEAD_S]      # nothing to decode
+    assert ConstantCost(0.05).decode_step_times(4, 400, 3) == [0.05, 0.05, 0.05]
+
+
+@pytest.mark.parametrize("step, expected", [
+    ((0, 0, 0, 0), False),             # no work
+    ((1500, 0, 0, 0), True),           # GEMMs 3 ms of compute > 2 ms of weights + 0.768 ms KV write
+    ((999, 0, 0, 0), False),           # GEMMs read 2 ms of weights > 1.998 ms of compute
+    ((0, 0, 4, 400), False),           # decode: weights and KV reads
+    ((500, 500 * 20_000, 0, 0), True),   # attention 10^7 pairs x 0.256 ns = 2.56 ms > 2 + 0.256 ms
+    ((500, 500 * 16_000, 0, 0), False),  # 8 x 10^6 pairs: 2.048 ms < 2.256 ms
+])
+def test_compute_bound_by_hand(ideal, step, expected):
+    """Ideal tiny model, tp 1: GEMM compute 2 us per token, weights 2 ms a step, prefill attention
+    256 FLOP per pair at 1e12 FLOP/s, KV write 512 B per token at 1e9 B/s."""
+    assert tiny_cost().compute_bound(*step) is expected
+
+
+def test_compute_bound_counts_decode_attention_as_memory(ideal):
+    """1500 tokens of GEMMs on the compute side (3 ms) against the KV write (0.768 ms) plus decode
+    attention: 4 sequences reading 5,000,000 tokens x 512 B = 2.56 ms tip it to memory (3.328 ms)."""
+    model = tiny_cost()
+    assert model.compute_bound(1496, 0, 4, 100) is True
+    assert model.compute_bound(1496, 0, 4, 5_000_000) is False
+
+
+def test_decode_step_times_of_one_sequence_grow_one_token_a_step(ideal):
+    """1 sequence from 400 tokens (ideal tiny model): 1 ms + 2 ms of weights + 400 x 512 B / 1e9 B/s =
+    204.8 us of KV read + 0.512 us of KV write; the next step reads one token (0.512 us) more."""
+    assert tiny_cost().decode_step_times(1, 400, 2) == pytest.approx(
+        [3.205312e-3, 3.205824e-3], rel=1e-12)
+
+
+@pytest.mark.parametrize("step, expected", [
+    ((998, 0, 4, 4), True),            # 1002 tokens with the decodes: GEMMs 2.004 ms of compute
+    ((1200, 0, 0, 0), True),           # GEMMs 2.4 ms of compute > 0.6144 ms of KV write (weights not counted)
+    ((1, 10**7, 0, 0), True),          # a 1-token chunk over 10^7 pairs: 2.56 ms of attention
+])
+def test_compute_bound_edges(ideal, step, expected):
+    assert tiny_cost().compute_bound(*step) is expected
+
+
+def test_compute_bound_with_gemm_tiles_and_activation_traffic(ideal, monkeypatch):
+    """900 tokens compute as 1024 with 128-token tiles: 2.048 ms > 2 ms of weights. With 16 hiddens of
+    activations per token (4.096 us) the GEMMs are memory bound: 2 + 2.048 ms + 0.256 ms of KV write
+    = 4.304 ms against 2.56 ms of attention over 10^7 pairs."""
+    monkeypatch.setattr(cost, "GEMM_TILE_TOKENS", 128)
+    assert tiny_cost().compute_bound(900, 0, 0, 0) is True
+    monkeypatch.setattr(cost, "GEMM_TILE_TOKENS", 1)
+    monkeypatch.setattr(cost, "ACTIVATION_HIDDENS_PER_TOKEN", 16)
+    assert tiny_cost().compute_bound(500, 10**7, 0, 0) is False
+
+
+def test_compute_bound_ties_count_as_memory_bound(ideal):
+    """Binary-exact rates: 2^20 params (2^21 B), 2^40 FLOP/s, 2^30 B/s: GEMMs 2^-19 s per token of
+    compute against 2^-9 s of weights, equal at 1024 tokens, where they count as memory bound; KV write
+    2^-21 s per token (512 B), prefill attention 2^-32 s per pair (256 FLOP).
+    1024 tokens: memory 2^-9 + 2^-11 = 5 x 2^-11 s. 2^22 pairs (2^-10 s) are less; 5 x 2^21 pairs are
+    exactly as much, and a tie is not compute bound."""
+    model = ModelSpec("pow2", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
+                      dtype_bytes=2, max_seq_len=1024, num_params=2.0**20)
+    gpu = GpuSpec("pow2", memory_bytes=2**34, hbm_bytes_per_s=2.0**30, bf16_flops=2.0**40,
+                  pcie_bytes_per_s=2.0**30)
+    c = CostModel(Deployment(model, gpu), 16, paged=False)
+    assert c.linear_time(1024) == 2.0**-9
+    assert c.compute_bound(1024, 2**22, 0, 0) is False
+    assert c.compute_bound(1024, 5 * 2**21, 0, 0) is False
+    assert c.compute_bound(1024, 5 * 2**21 + 1, 0, 0) is True
