@@ -202,6 +202,8 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
         for r in plan.finished:
             for seq in sched.seq_ids(r):
                 pool.drop(seq)
+        for seq in plan.samples_ended:         # samples shorter than their request, freed
+            pool.drop(seq)
         preemptions += len(plan.preempted)
         now = plan.end_s
         steps += 1

@@ -24,6 +24,11 @@ app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache al
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 
+class SampleLengths(str, Enum):
+    equal = "equal"
+    uniform = "uniform"
+
+
 class AllocatorKind(str, Enum):
     paged = "paged"
     contiguous = "contiguous"
@@ -132,6 +137,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                               help="Beam search: probability per decode step that a "
                                               "beam dies and is replaced by a fork of a surviving one "
                                               "(0: beams are plain samples; docs/sharing.md)."),
+        sample_lengths: SampleLengths = typer.Option(SampleLengths.equal, "--sample-lengths",
+                                                     help="Parallel samples: equal (each runs to the "
+                                                     "request's output_tokens) or uniform (the other "
+                                                     "samples stop at a length drawn from 1..output_tokens); "
+                                                     "a trace's output_tokens_per_sample wins."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
         quiet: bool = QuietOpt) -> None:
@@ -154,7 +164,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
                                          placement=placement.value),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
-                                        beam_death_rate=beam_death_rate))
+                                        beam_death_rate=beam_death_rate,
+                                        sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
         if not quiet:
             print_startup(cfg)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.alloc import ALLOCATORS, make_allocator
 from kvsim.beams import BEAM_DEATH_RATE
+from kvsim.samples import SAMPLE_LENGTHS
 from kvsim.calibration import Calibration
 from kvsim.cost import STEP_OVERHEAD_S, CostModel
 from kvsim.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
@@ -30,7 +31,9 @@ class SchedulerConfig:
     `chunked_prefill` None: the engine profile's default. `separate_prefill`: a step runs prompts or
     decodes, never both (both also set by the engine profile, see `SimConfig.resolved`).
     `beam_death_rate`: probability that a beam of a beam-search request dies at a decode step and is
-    replaced by a fork of a surviving beam (docs/sharing.md); 0 makes beams plain parallel samples."""
+    replaced by a fork of a surviving beam (docs/sharing.md); 0 makes beams plain parallel samples.
+    `sample_lengths`: equal (every sample runs to the request's output length) or uniform (the other
+    samples of a request stop earlier, `kvsim.samples`); a trace's `output_tokens_per_sample` wins."""
 
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
@@ -40,12 +43,15 @@ class SchedulerConfig:
     swap_multi_seq: bool = False
     separate_prefill: bool = False
     beam_death_rate: float = BEAM_DEATH_RATE
+    sample_lengths: str = "equal"
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
         if not 0 <= self.beam_death_rate < 1:
             raise ValueError(f"--beam-death-rate must be in [0, 1), got {self.beam_death_rate}")
+        if self.sample_lengths not in SAMPLE_LENGTHS:
+            raise ValueError(f"unknown --sample-lengths {self.sample_lengths!r}; known: {', '.join(SAMPLE_LENGTHS)}")
         if self.preemption not in ("recompute", "swap"):
             raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
         if self.batching not in ("continuous", "static"):

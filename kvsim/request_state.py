@@ -19,6 +19,7 @@ import numpy as np
 
 from kvsim.alloc.base import Allocator, MemoryStats
 from kvsim.beams import BeamModel
+from kvsim.samples import sample_ends
 from kvsim.trace import Trace
 
 if TYPE_CHECKING:
@@ -33,12 +34,14 @@ RECORD_COLUMNS = ("admitted_s", "first_token_s", "finished_s", "prompt_tokens", 
 
 
 class RequestState:
-    """The trace's lengths plus each request's progress; `n` is max(samples, beam width)."""
+    """The trace's lengths plus each request's progress; `n` is the number of live sequences,
+    max(samples, beam width) until samples shorter than the request end (`samples` keeps the count)."""
 
     def __init__(self, trace: Trace):
         self.prompt: list[int] = trace.prompt_tokens.tolist()
         self.output: list[int] = trace.output_tokens.tolist()
         self.n: list[int] = np.maximum(trace.n, trace.beam_width).tolist()
+        self.samples: list[int] = list(self.n)
         self.beam: list[int] = trace.beam_width.tolist()
         num = len(self.prompt)
         self.generated = [0] * num          # output tokens emitted so far (per sample)
@@ -62,7 +65,7 @@ class RequestState:
         """The per-request records as numpy columns (`RECORD_COLUMNS`)."""
         return {"admitted_s": np.array(self.admitted_s), "first_token_s": np.array(self.first_token_s),
                 "finished_s": np.array(self.finished_s), "prompt_tokens": np.array(self.prompt, np.int64),
-                "output_tokens": np.array(self.output, np.int64), "n": np.array(self.n, np.int64),
+                "output_tokens": np.array(self.output, np.int64), "n": np.array(self.samples, np.int64),
                 "preemptions": np.array(self.preemptions, np.int64),
                 "status": np.array(self.status, dtype=object), "reason": np.array(self.reason, dtype=object)}
 
@@ -89,6 +92,8 @@ class SchedulerBase:
         self.beams = BeamModel(rate, seed) if rate > 0 and max(self.beam, default=1) > 1 else None
         self.beam_forks = 0                 # dead beams replaced by forks of survivors
         self.beam_copied_slots = 0          # KV slots copied by those forks (contiguous memory)
+        # request -> lengths of its samples that end before it, longest first (kvsim.samples)
+        self.sample_ends = sample_ends(trace, config.sample_lengths, seed)
         self.stride = max(self.n, default=1)
         self.waiting: deque[int] = deque()
         self.swapped: deque[int] = deque()
@@ -145,7 +150,28 @@ class SchedulerBase:
     def finish(self, plan: StepPlan, now: float) -> None:
         """Emit the step's tokens at time `now` and retire finished requests (into `plan.finished`)."""
         plan.finished = self._emit(plan, now)
+        if self.sample_ends:
+            self._end_samples(plan)
         self._retire(plan.finished, now)
+
+    def _end_samples(self, plan: StepPlan) -> None:
+        """Free the samples that reached their own length this step (`plan.samples_ended`), the
+        request's last sequences first (its samples are numbered longest first); requests that
+        finished are retired whole."""
+        ends, generated, output, stride = self.sample_ends, self.generated, self.output, self.stride
+        for i in [i for i, _ in plan.prefills] + plan.decodes:
+            e = ends.get(i)
+            if e is None or e[-1] > generated[i] or generated[i] >= output[i]:
+                continue
+            while e and e[-1] <= generated[i]:
+                e.pop()
+                self.n[i] -= 1
+                seq = i * stride + self.n[i]
+                self.alloc.free(seq)
+                self.running_seqs -= 1
+                plan.samples_ended.append(seq)
+            if not e:
+                del ends[i]
 
     def _emit(self, plan: StepPlan, now: float) -> list[int]:
         """Count the step's tokens (first tokens stamped at `now`); returns requests now complete."""

@@ -103,6 +103,9 @@ class Scheduler(SchedulerBase):
         if any(prefill_left[i] for i in running):
             return None
         steps = min(output[i] - generated[i] for i in running) - 1
+        ends = self.sample_ends
+        if ends:            # a sample's last token is a real step too (it frees the sample)
+            steps = min([steps, *(ends[i][-1] - generated[i] - 1 for i in running if i in ends)])
         n, kv_len = self.n, self.kv_len
         context = sum(kv_len[i] * n[i] for i in running)
         ids = self._decoding_seq_ids(running)

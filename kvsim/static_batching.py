@@ -46,6 +46,9 @@ class StaticScheduler(Scheduler):
             plan.finished = list(self.running)
             self._retire(plan.finished, now)
 
+    def _end_samples(self, plan: StepPlan) -> None:
+        """Never early: a sample that ended stays in the batch as padding, like a finished request."""
+
     def steady_decodes(self) -> None:
         """Never: the engine steps a static batch one step at a time."""
         return None

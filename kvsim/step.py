@@ -61,6 +61,7 @@ class StepPlan:
     recomputed_tokens: int = 0        # computed tokens dropped by recompute preemptions this step
     swap_fallbacks: int = 0           # swaps refused for want of CPU swap space (recomputed instead)
     finished: list[int] = field(default_factory=list)               # retired after the step, seqs freed
+    samples_ended: list[int] = field(default_factory=list)          # seqs of samples that ended, freed
     # time and memory: one entry per step (a window has several)
     starts: list[float] = field(default_factory=list)               # s
     durations: list[float] = field(default_factory=list)            # s

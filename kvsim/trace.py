@@ -126,7 +126,9 @@ class Trace:
     lines). `prefix_group[i]` indexes `prefix_group_names` (-1: no group) and requests of one group share
     their first `prefix_tokens[i]` prompt tokens. Request i's block hashes are
     `hash_values[hash_offsets[i]:hash_offsets[i + 1]]`, made with blocks of `hash_block_size` tokens
-    (None: the run's block size).
+    (None: the run's block size). Request i's own sample lengths (`output_tokens_per_sample`, none for
+    most requests) are `sample_values[sample_offsets[i]:sample_offsets[i + 1]]`: n of them, the largest
+    equal to `output_tokens` (beam_width 1 only).
     """
 
     arrival_s: np.ndarray          # float64 [N], seconds, non-decreasing
@@ -141,6 +143,8 @@ class Trace:
     hash_offsets: np.ndarray | None = None      # int64 [N + 1]
     hash_values: np.ndarray | None = None       # int64 [H]
     hash_block_size: int | None = None          # tokens per hashed block
+    sample_offsets: np.ndarray | None = None    # int64 [N + 1]
+    sample_values: np.ndarray | None = None     # int64 [S], tokens
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -162,6 +166,29 @@ class Trace:
             raise ValueError(f"Trace.ids must hold {num} distinct strings")
         self._check_groups(num)
         self._check_hashes(num)
+        self._check_samples(num)
+
+    def _check_samples(self, num: int) -> None:
+        off, val = self.sample_offsets, self.sample_values
+        if off is None or val is None:
+            if off is not None or val is not None:
+                raise ValueError("Trace.sample_offsets and Trace.sample_values go together")
+            return
+        if off.dtype != np.int64 or off.shape != (num + 1,) or val.dtype != np.int64 or val.ndim != 1:
+            raise ValueError(f"Trace.sample_offsets must be int64 [{num + 1}], sample_values int64 [S]")
+        if off[0] != 0 or off[-1] != len(val) or np.any(np.diff(off) < 0):
+            raise ValueError("Trace.sample_offsets must start at 0, not decrease, and end at len(sample_values)")
+        _frozen(off), _frozen(val)
+        count = np.diff(off)
+        has = count > 0
+        rule = "absent, or n lengths in [1, output_tokens] whose largest is output_tokens (beam_width 1)"
+        _first_bad("output_tokens_per_sample", has & ((count != self.n) | (self.beam_width != 1)), rule)
+        owner = np.repeat(np.arange(num), count)
+        bad = np.zeros(num, dtype=bool)
+        bad[owner[(val < 1) | (val > self.output_tokens[owner])]] = True
+        if has.any():
+            bad[has] |= np.maximum.reduceat(val, off[:-1][has]) != self.output_tokens[has]
+        _first_bad("output_tokens_per_sample", bad, rule)
 
     def _check_groups(self, num: int) -> None:
         g = self.prefix_group
@@ -200,10 +227,13 @@ class Trace:
                     prefix_group: Sequence[str | None] | None = None,
                     prefix_tokens: Sequence[int] | None = None,
                     block_hashes: Sequence[Sequence[int]] | None = None,
-                    hash_block_size: int | None = None, source: str = "") -> Trace:
+                    hash_block_size: int | None = None,
+                    output_tokens_per_sample: Sequence[Sequence[int] | None] | None = None,
+                    source: str = "") -> Trace:
         """Build a trace from per-request sequences (copied); scalars `n`/`beam_width` apply to all.
 
-        `prefix_group` holds a group name or None per request; `block_hashes` a list of ints per request.
+        `prefix_group` holds a group name or None per request; `block_hashes` a list of ints per request;
+        `output_tokens_per_sample` None or a list of n lengths per request.
         """
         arr = np.array(arrival_s, dtype=np.float64)
         num = len(arr)
@@ -218,6 +248,12 @@ class Trace:
             offsets = np.zeros(num + 1, dtype=np.int64)
             np.cumsum([len(h) for h in block_hashes], out=offsets[1:])
             values = np.fromiter((v for h in block_hashes for v in h), dtype=np.int64, count=offsets[-1])
+        s_off = s_val = None
+        if output_tokens_per_sample is not None:
+            s_off = np.zeros(num + 1, dtype=np.int64)
+            np.cumsum([len(x or ()) for x in output_tokens_per_sample], out=s_off[1:])
+            s_val = np.fromiter((v for x in output_tokens_per_sample for v in (x or ())), dtype=np.int64,
+                                count=s_off[-1])
         return cls(
             arrival_s=arr,
             prompt_tokens=np.array(prompt_tokens, dtype=np.int64),
@@ -228,7 +264,8 @@ class Trace:
                            else np.array(prefix_tokens, dtype=np.int64)),
             ids=None if ids is None else [str(i) for i in ids],
             prefix_group=codes, prefix_group_names=names,
-            hash_offsets=offsets, hash_values=values, hash_block_size=hash_block_size, source=source)
+            hash_offsets=offsets, hash_values=values, hash_block_size=hash_block_size,
+            sample_offsets=s_off, sample_values=s_val, source=source)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -242,6 +279,12 @@ class Trace:
         if self.hash_offsets is None:
             return np.zeros(0, dtype=np.int64)
         return self.hash_values[self.hash_offsets[i]:self.hash_offsets[i + 1]]
+
+    def sample_lengths(self, i: int) -> list[int] | None:
+        """Request i's own sample lengths (`output_tokens_per_sample`, tokens), or None when not given."""
+        if self.sample_offsets is None or self.sample_offsets[i] == self.sample_offsets[i + 1]:
+            return None
+        return self.sample_values[self.sample_offsets[i]:self.sample_offsets[i + 1]].tolist()
 
     def prompt_block_ids(self, i: int, block_size: int) -> list[int]:
         """Content ids of request i's leading full prompt blocks of `block_size` tokens that may be shared.
@@ -284,12 +327,17 @@ class Trace:
         if self.hash_offsets is not None:
             lo, hi = self.hash_offsets[start], self.hash_offsets[stop]
             offsets, values = self.hash_offsets[start:stop + 1] - lo, self.hash_values[lo:hi].copy()
+        s_off = s_val = None
+        if self.sample_offsets is not None:
+            lo, hi = self.sample_offsets[start], self.sample_offsets[stop]
+            s_off, s_val = self.sample_offsets[start:stop + 1] - lo, self.sample_values[lo:hi].copy()
         cut = (lambda a: None if a is None else a[start:stop].copy())
         return Trace(arrival_s=cut(self.arrival_s), prompt_tokens=cut(self.prompt_tokens),
                      output_tokens=cut(self.output_tokens), n=cut(self.n), beam_width=cut(self.beam_width),
                      prefix_tokens=cut(self.prefix_tokens), ids=ids, prefix_group=cut(self.prefix_group),
                      prefix_group_names=self.prefix_group_names, hash_offsets=offsets, hash_values=values,
-                     hash_block_size=self.hash_block_size, source=self.source)
+                     hash_block_size=self.hash_block_size, sample_offsets=s_off, sample_values=s_val,
+                     source=self.source)
 
     def head(self, k: int) -> Trace:
         """The first k requests."""

@@ -5,7 +5,8 @@ non-decreasing), `prompt_tokens` and `output_tokens` (integers >= 1). Optional: 
 default the request's 1-based position), `n` and `beam_width` (integers >= 1, default 1), `prefix_group`
 (non-empty string) with `prefix_tokens` (integer in [1, prompt_tokens]; the two go together),
 `block_hashes` (list of integers, one per prompt block of the hash block size; not together with
-`prefix_group`). A null optional value means the field is absent; unknown fields are errors; blank
+`prefix_group`), `output_tokens_per_sample` (list of n integers in [1, output_tokens], the largest equal
+to `output_tokens`: each sample's own length; not with `beam_width` > 1). A null optional value means the field is absent; unknown fields are errors; blank
 lines are skipped. Every error is a `TraceError` naming file, line and field.
 
 Reading is columnar: chunks of lines are parsed as one JSON array each and checked vectorised, which
@@ -27,7 +28,7 @@ from kvsim.files import atomic_write
 from kvsim.trace import DuplicateKeyError, Trace, TraceError, text_lines, unique_keys
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
-OPTIONAL = ("id", "n", "beam_width", "prefix_group", "prefix_tokens", "block_hashes")
+OPTIONAL = ("id", "n", "beam_width", "prefix_group", "prefix_tokens", "block_hashes", "output_tokens_per_sample")
 KNOWN = frozenset(REQUIRED + OPTIONAL)
 MAX_TOKENS = 2**31 - 1          # larger lengths are certainly a mistake
 _INT64 = (-(2**63), 2**63 - 1)
@@ -89,6 +90,9 @@ def write_jsonl(trace: Trace, path: str | Path) -> None:
                              f', "prefix_tokens": {trace.prefix_tokens[i]}')
                 if trace.hash_offsets is not None and trace.hash_offsets[i + 1] > trace.hash_offsets[i]:
                     tail += f', "block_hashes": [{", ".join(map(str, trace.block_hashes(i).tolist()))}]'
+                lengths = trace.sample_lengths(i) if trace.sample_offsets is not None else None
+                if lengths is not None:
+                    tail += f', "output_tokens_per_sample": {json.dumps(lengths)}'
                 lines.append(f'{head}"arrival_s": {arrival[k]!r}, "prompt_tokens": {prompt[k]}, '
                              f'"output_tokens": {output[k]}{tail}}}\n')
             f.write("".join(lines))
@@ -128,7 +132,8 @@ def _read_fast(path: Path, hbs: int | None) -> Trace:
             and all(_types(flat[k]) <= {int, type(None)} for k in ("n", "beam_width", "prefix_tokens"))
             and _types(flat["id"]) <= {str, type(None)}
             and _types(flat["prefix_group"]) <= {str, type(None)}
-            and _types(flat["block_hashes"]) <= {list, type(None)}):
+            and _types(flat["block_hashes"]) <= {list, type(None)}
+            and _types(flat["output_tokens_per_sample"]) <= {list, type(None)}):
         raise _Fallback
     try:
         return _build(flat, hbs, path, strict=True)
@@ -154,7 +159,9 @@ def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> 
     if strict:
         tokens_ok = all(np.all((a >= 1) & (a <= MAX_TOKENS)) for a in (prompt, output, *opt.values()))
         hash_flat = list(chain.from_iterable(h for h in hashes if h))
+        samples_flat = list(chain.from_iterable(x for x in cols["output_tokens_per_sample"] if x))
         if not (tokens_ok and np.all(np.isfinite(arrival)) and np.all(arrival >= 0)
+                and _types(samples_flat) <= {int} and all(v <= MAX_TOKENS for v in samples_flat)
                 and np.all(np.diff(arrival) >= 0)
                 and np.array_equal(group_given, _given(cols["prefix_tokens"]))
                 and np.all((ptoks[group_given] >= 1) & (ptoks[group_given] <= prompt[group_given]))
@@ -172,10 +179,17 @@ def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> 
         offsets = np.zeros(num + 1, dtype=np.int64)
         np.cumsum(hash_len, out=offsets[1:])
         values = np.fromiter(chain.from_iterable(h for h in hashes if h), dtype=np.int64, count=offsets[-1])
+    samples = cols["output_tokens_per_sample"]
+    s_off = s_val = None
+    if samples.count(None) != num:
+        s_off = np.zeros(num + 1, dtype=np.int64)
+        np.cumsum([len(x or ()) for x in samples], out=s_off[1:])
+        s_val = np.fromiter(chain.from_iterable(x for x in samples if x), dtype=np.int64, count=s_off[-1])
     return Trace(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, n=opt["n"],
                  beam_width=opt["beam_width"], prefix_tokens=ptoks, ids=ids,
                  prefix_group=codes, prefix_group_names=tuple(names),
-                 hash_offsets=offsets, hash_values=values, hash_block_size=hbs, source=path.name)
+                 hash_offsets=offsets, hash_values=values, hash_block_size=hbs,
+                 sample_offsets=s_off, sample_values=s_val, source=path.name)
 
 
 def _given(values: list) -> np.ndarray:
@@ -275,4 +289,25 @@ def _check_record(rec: dict, where: str, hbs: int | None) -> dict:
             raise TraceError(f"{where}: field 'block_hashes' has {len(hashes)} entries, more than the "
                              f"{-(-row['prompt_tokens'] // hbs)} blocks of {hbs} tokens in the prompt")
     row["block_hashes"] = hashes
+    row["output_tokens_per_sample"] = _check_sample_lengths(rec.get("output_tokens_per_sample"), row, where)
     return row
+
+
+def _check_sample_lengths(lengths, row: dict, where: str) -> list[int] | None:
+    """`output_tokens_per_sample` of one record, checked against its `n`, `beam_width` and
+    `output_tokens` (TraceError naming the field), or None when absent."""
+    if lengths is None:
+        return None
+    n, out = row["n"] or 1, row["output_tokens"]
+    field = f"{where}: field 'output_tokens_per_sample'"
+    if not isinstance(lengths, list) or any(type(v) is not int for v in lengths):
+        raise TraceError(f"{field} must be a list of integers (one output length per sample), "
+                         f"got {json.dumps(lengths)}")
+    if (row["beam_width"] or 1) > 1:
+        raise TraceError(f"{field} cannot be combined with 'beam_width' > 1 (beams all run to output_tokens)")
+    if len(lengths) != n:
+        raise TraceError(f"{field} must hold n = {n} lengths, got {len(lengths)}")
+    if any(not 1 <= v <= out for v in lengths) or max(lengths) != out:
+        raise TraceError(f"{field} must hold lengths in [1, output_tokens = {out}] with {out} the largest, "
+                         f"got {json.dumps(lengths)}")
+    return lengths
