@@ -8,6 +8,7 @@ steps unless the rows are kept (`keep=True`, for `steps.csv` or the steps table)
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Callable
 
 import numpy as np
@@ -21,21 +22,24 @@ STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_t
                 "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
                 "external_fragmentation", "free", "unshared_blocks", "limited_by", "compute_bound")
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
-_MEMORY = STEP_COLUMNS[7:15]     # fields of the plan's memory snapshots (named tuples)
+# a buffered row: these columns, then the fields of the step's memory snapshot (a named tuple)
+_ROW = ("time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens", "limited_by",
+        "compute_bound")
 _WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
 _FLOAT = ("time_s", "duration_s")
 CHUNK = 1 << 16       # rows folded into the aggregates at a time
 
 
 class StepLog:
-    """One row per engine step, appended from step plans (`record`). `keep`: keep every row (numpy
-    columns, `columns()`); `sink(columns)`: receives each chunk of rows (e.g. a CSV writer)."""
+    """One row per engine step, appended from step plans (`record`) as one tuple per step and turned
+    into numpy columns every `CHUNK` rows. `keep`: keep every row (`columns()`); `sink(columns)`:
+    receives each chunk of rows (e.g. a CSV writer)."""
 
     def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.keep, self.sink = keep, sink
-        self._cols: dict[str, list] = {c: [] for c in STEP_COLUMNS[1:]}
+        self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
         self._kept: list[dict[str, np.ndarray]] = []
-        self._memory_index: list[tuple[str, int]] | None = None
+        self._memory_fields: tuple[str, ...] = ()   # the snapshots' field names
         self.num_steps = 0
         self.end_s = 0.0                  # when the last step ended, s
         self.total_s = 0.0                # sum of step durations, s
@@ -48,36 +52,40 @@ class StepLog:
 
     def record(self, plan) -> None:
         """Log the steps of `plan` (a `kvsim.step.StepPlan`: one row per entry of `plan.starts`)."""
-        cols, k = self._cols, len(plan.starts)
-        cols["time_s"].extend(plan.starts)
-        cols["duration_s"].extend(plan.durations)
-        cols["waiting"].extend(plan.waiting)
-        cols["running"].extend([plan.batch_requests] * k)
-        cols["prefill_tokens"].extend([plan.prefill_tokens] * k)
-        cols["decode_tokens"].extend([plan.decode_seqs] * k)
-        if self._memory_index is None:          # where each memory column sits in the snapshots
-            self._memory_index = [(name, plan.memory[0]._fields.index(name)) for name in _MEMORY]
-        fields = list(zip(*plan.memory))
-        for name, index in self._memory_index:
-            cols[name].extend(fields[index])
-        limit = plan.limited_by
-        cols["limited_by"].extend([limit if w else 0 for w in plan.waiting])
-        cols["compute_bound"].extend(plan.compute_bound if plan.compute_bound else [False] * k)
-        while len(cols["time_s"]) >= CHUNK:
-            self._fold(CHUNK)
+        rows, limit, waiting = self._rows, plan.limited_by, plan.waiting
+        if not self._memory_fields:
+            self._memory_fields = plan.memory[0]._fields
+        if len(plan.starts) == 1:
+            w = waiting[0]
+            rows.append((plan.starts[0], plan.durations[0], plan.batch_requests, w, plan.prefill_tokens,
+                         plan.decode_seqs, limit if w else 0,
+                         plan.compute_bound[0] if plan.compute_bound else False) + plan.memory[0])
+        else:
+            k = len(plan.starts)
+            limits = [limit if w else 0 for w in waiting] if limit else repeat(0, k)
+            rows.extend(map(tuple.__add__, zip(
+                plan.starts, plan.durations, repeat(plan.batch_requests, k), waiting,
+                repeat(plan.prefill_tokens, k), repeat(plan.decode_seqs, k), limits,
+                plan.compute_bound if plan.compute_bound else repeat(False, k)), plan.memory))
+        if len(rows) >= CHUNK:
+            while len(rows) >= CHUNK:
+                self._fold(CHUNK)
 
     def _fold(self, rows: int | None = None) -> None:
         """Fold the first `rows` buffered rows (all by default) into the aggregates, keep them or hand
         them on, and drop them from the buffer. Chunks are always `CHUNK` rows (the last one fewer),
         so the sums are the same however the rows were recorded (one step or a window at a time)."""
-        cols = self._cols
-        rows = len(cols["time_s"]) if rows is None else rows
+        buffered = self._rows
+        rows = len(buffered) if rows is None else rows
         if not rows:
             return
         chunk = {"step": np.arange(self.num_steps, self.num_steps + rows, dtype=np.int64)}
-        for name, values in cols.items():
-            chunk[name] = np.array(values[:rows], np.float64 if name in _FLOAT else np.int64)
-            del values[:rows]
+        table = np.array(buffered[:rows], np.float64)     # (every value is exact in float64)
+        del buffered[:rows]
+        for name in STEP_COLUMNS[1:]:
+            at = _ROW.index(name) if name in _ROW else len(_ROW) + self._memory_fields.index(name)
+            column = table[:, at]
+            chunk[name] = column.copy() if name in _FLOAT else column.astype(np.int64)
         w = chunk["duration_s"]
         self.num_steps += rows
         self.end_s = float(chunk["time_s"][-1] + w[-1])

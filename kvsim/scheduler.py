@@ -16,14 +16,20 @@ replaced by forks of survivors at decode steps (`kvsim.beams`), so they share ge
 from __future__ import annotations
 
 from kvsim.alloc.base import MemoryStats
+from kvsim.lazy_decode import LazyDecodes
 from kvsim.request_state import SchedulerBase
 from kvsim.step import LIMITS, StepPlan
 
 _KV, _SEQS, _BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seqs", "token_budget"))
 
 
-class Scheduler(SchedulerBase):
-    """FCFS continuous batching of a trace's requests over one allocator."""
+class Scheduler(LazyDecodes, SchedulerBase):
+    """FCFS continuous batching of a trace's requests over one allocator (decode steps of one-sequence
+    requests lazily where the allocator can: kvsim/lazy_decode.py)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lazy_init()
 
     # -- one step ---------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
@@ -61,6 +67,8 @@ class Scheduler(SchedulerBase):
     def _grow_running(self, plan: StepPlan) -> bool:
         """Give each decoding sequence its next slot, preempting from the back when memory runs out.
         (The simulator's hot loop: one allocator call for the whole batch while memory lasts.)"""
+        if self._lazy:
+            return self._grow_lazy(plan)
         running, n, kv_len, prefill_left = self.running, self.n, self.kv_len, self.prefill_left
         if any(map(prefill_left.__getitem__, running)):   # a chunked prefill is under way
             decoding = [i for i in running if not prefill_left[i]]
@@ -99,6 +107,8 @@ class Scheduler(SchedulerBase):
         stepper may then run up to that many steps at once (`advance`)."""
         if self.swapped or not self.running or self.beams_running():
             return None
+        if self._lazy:
+            return self._steady_lazy()
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
         if any(prefill_left[i] for i in running):
             return None
@@ -122,6 +132,8 @@ class Scheduler(SchedulerBase):
     def advance(self, seq_ids: list[int], steps: int) -> list[MemoryStats]:
         """`steps` decode steps of every running request at once, none of them its last, within what
         `steady_decodes` allowed (`seq_ids` as it returned them); the memory during each step."""
+        if self._lazy:
+            return self._advance_lazy(steps)
         mems = self.alloc.append_steps(seq_ids, steps, *self.head_of_queue())
         kv_len, generated = self.kv_len, self.generated
         for i in self.running:
@@ -134,8 +146,8 @@ class Scheduler(SchedulerBase):
         blocks are taken now (single-sequence requests), preempting from the back when they do not
         fit, as vLLM's running loop does. Returns (budget left, whether a request was preempted)."""
         preempted, prefill_left = False, self.prefill_left
-        if not any(map(prefill_left.__getitem__, self.running)):
-            return budget, False
+        if not self.cfg.chunked_prefill or not any(map(prefill_left.__getitem__, self.running)):
+            return budget, False        # (unchunked prefills finish in the step that admits them)
         for i in list(self.running):
             if not self.prefill_left[i] or budget <= 0 or i not in self.running:
                 continue
@@ -194,7 +206,7 @@ class Scheduler(SchedulerBase):
             if not alloc.can_allocate(base, final, ids, seqs[0]):
                 plan.limited_by = _KV
                 break
-            compute = base - alloc.cached_tokens(base, ids, seqs[0]) + own * len(seqs)
+            compute = base - (alloc.cached_tokens(base, ids, seqs[0]) if self.block_ids else 0) + own * len(seqs)
             if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
             hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
@@ -238,6 +250,7 @@ class Scheduler(SchedulerBase):
 
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
+        self._leave(i)
         self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
         self.running_seqs -= self.n[i]
         for s in self.seq_ids(i):

@@ -31,7 +31,7 @@ from typing import Sequence
 
 from .base import AllocationError
 from .paged_stats import PagedStats
-from .paged_window import PagedWindows
+from .paged_window import PagedTicks, PagedWindows
 from .prefix import PrefixCache
 
 
@@ -39,20 +39,24 @@ from .prefix import PrefixCache
 class _Seq:
     """A live sequence's mutable state: its block table, slots written, peak slots (>= tokens), the
     chained hashes of its shareable leading blocks (prefix caching only; never mutated, so forks share
-    it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`)."""
+    it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`). A ticking
+    sequence (`paged_window.PagedTicks`) holds `tokens` as of the allocator's clock `at` (-1: not
+    ticking); `key` is its place in the order they started ticking."""
 
     table: list[int]
     tokens: int
     final: int
     hashes: list[int]
     salt: int = 0
+    at: int = -1
+    key: int = 0
 
 
-class PagedAllocator(PagedStats, PagedWindows):
+class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
     """Blocks of `block_size` slots taken from a free list exactly when a sequence's length crosses a
     block boundary; `fork` shares blocks, appending into a shared partly filled block copies it.
     Queries, memory accounting and checks are in `paged_stats.py`, the fast-forward in
-    `paged_window.py`."""
+    `paged_window.py` (with the lazy ticks of a decoding batch)."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
         if num_blocks < 1 or block_size < 1:
@@ -71,6 +75,8 @@ class PagedAllocator(PagedStats, PagedWindows):
         self._excess = 0
         self._shared_partial = 0
         self._chained: tuple[object, list[int]] = ((), [])   # last content ids -> their chained hashes
+        self._clock, self._ticking, self._joins, self._pending = 0, 0, 0, None   # PagedTicks
+        self._due: dict[int, list[_Seq]] = {}
     # ---- allocate / fork / free ----------------------------------------------------------------
 
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
@@ -154,6 +160,8 @@ class PagedAllocator(PagedStats, PagedWindows):
         """Drop `seq_id`'s references; blocks no one holds become free (cached ones evictable, the
         sequence's last block first, so the tail of a prefix is evicted before its head)."""
         seq = self._seq(seq_id)
+        if seq.at >= 0:
+            self._untick(seq)
         del self._seqs[seq_id]
         ref = self._ref
         cache = self._cache
@@ -197,9 +205,7 @@ class PagedAllocator(PagedStats, PagedWindows):
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether `seq_id` can grow by `num_tokens` slots: new blocks plus a copy-on-write copy fit."""
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise AllocationError(f"unknown sequence id {seq_id}")
+        seq = self._seq(seq_id)
         table = seq.table
         if seq.tokens + num_tokens < len(table) * self.block_size and self._ref[table[-1]] == 1:
             return True   # fast path: room left in an unshared last block
@@ -208,9 +214,9 @@ class PagedAllocator(PagedStats, PagedWindows):
     def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
         """Grow `seq_id` by `num_tokens` slots; returns [(src, dst)] when its shared, partly filled last
         block had to be copied first, else []."""
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise AllocationError(f"unknown sequence id {seq_id}")
+        seq = self._seq(seq_id)
+        if seq.at >= 0:
+            self._untick(seq)
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
         new_tokens = seq.tokens + num_tokens
@@ -231,6 +237,10 @@ class PagedAllocator(PagedStats, PagedWindows):
         """One slot for each of `seq_ids[start:]` in order, stopping before the first that cannot grow
         (no free block); returns how many grew. Copy-on-write pairs are added to `copies` when given.
         The same as `can_append` + `append` per sequence, in one call (the engine's hot loop)."""
+        if self._ticking:                # (not with ticks: they grow the same sequences)
+            for seq in map(self._seq, seq_ids):
+                if seq.at >= 0:
+                    self._untick(seq)
         if not self._shared_partial:     # no partly filled block is shared: no copy-on-write
             return self._append_unshared(seq_ids, start)
         for k in range(start, len(seq_ids)):

@@ -30,10 +30,14 @@ class PagedStats:
         return self._seq(seq_id).tokens
 
     def _seq(self, seq_id: int):
+        """The live sequence `seq_id`, brought up to date if it is ticking."""
         try:
-            return self._seqs[seq_id]
+            seq = self._seqs[seq_id]
         except KeyError:
             raise AllocationError(f"unknown sequence id {seq_id}") from None
+        if seq.at >= 0:
+            self._sync(seq)
+        return seq
 
     def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
         """Slots `num_seqs` sequences forked from one of `num_tokens` hold at `final_tokens` each:
@@ -99,6 +103,7 @@ class PagedStats:
         """(written slots, reached slots) over distinct used blocks. Only last blocks are partly
         filled; a shared one counts once, reached as far as its furthest-reaching holder."""
         bs = self.block_size
+        self._sync_all()
         partial: dict[int, tuple[int, int]] = {}   # block -> (fill, reach within block)
         for seq in self._seqs.values():
             allocated = len(seq.table) * bs
@@ -115,6 +120,14 @@ class PagedStats:
     def check_invariants(self) -> None:
         """Assert the module's invariants and recompute `stats()` slot by slot (slow; tests only)."""
         bs = self.block_size
+        self._sync_all()
+        ticking = [s for s in self._seqs.values() if s.at >= 0]
+        assert len(ticking) == self._ticking, "ticking count drifted"
+        for s in ticking:
+            assert any(t is s for t in self._due.get(s.at + len(s.table) * bs - s.tokens, ())), "tick lost"
+        for clock, due in self._due.items():
+            keys = [s.key for s in due if s.at >= 0 and s.at + len(s.table) * bs - s.tokens == clock]
+            assert keys == sorted(keys), "ticking sequences filed out of order"
         free = set(self._free)
         assert len(free) == len(self._free), "a block appears twice in the free list"
         evictable = set(self._cache.evictable_blocks()) if self._cache is not None else set()

@@ -1,13 +1,14 @@
-"""The paged allocator's fast-forward: many decode steps of a steady batch at once, with the blocks
-taken in the same order and the same memory after each step as `append_each` one step at a time.
-A mixin of `PagedAllocator` (it reads and updates the allocator's sequences and counters).
+"""The paged allocator's decode fast paths, with the blocks taken in the same order and the same
+memory after each step as `append_each` one step at a time: the fast-forward (many decode steps of
+a steady batch at once) and lazy ticks (a decode step touches only the sequences that cross a block
+boundary). Mixins of `PagedAllocator` (they read and update the allocator's sequences and counters).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from .base import MemoryStats
+from .base import AllocationError, MemoryStats
 
 
 class PagedWindows:
@@ -19,6 +20,7 @@ class PagedWindows:
         passing its final length. 0 while a partly filled block is shared."""
         if self._shared_partial or max_steps < 1:
             return 0
+        self._sync_all()
         bs, seqs = self.block_size, self._seqs
         steps, rooms = max_steps, []
         for seq_id in seq_ids:
@@ -43,6 +45,9 @@ class PagedWindows:
         `decode_window` allowed; returns `stats()` after each step."""
         bs = self.block_size
         seqs = [self._seqs[s] for s in seq_ids]
+        for seq in seqs:               # (not with ticks: they grow the same sequences)
+            if seq.at >= 0:
+                self._untick(seq)
         crossing: list[list] = [[] for _ in range(steps)]   # step -> sequences needing a block
         for seq in seqs:
             for j in range(len(seq.table) * bs - seq.tokens, steps, bs):
@@ -63,3 +68,113 @@ class PagedWindows:
                 self._register(seq, seq.tokens // bs, (seq.tokens + steps) // bs)   # order-free
             seq.tokens += steps
         return snapshots
+
+
+class PagedTicks:
+    """Lazy decode growth (`tick_join`, `tick`, `tick_window`, `tick_steps`) of `PagedAllocator`.
+
+    A ticking sequence grows by one slot at every `tick()` without being touched: its `tokens` are
+    as of clock `at`, so it holds `tokens + (_clock - at)` slots. Each one is filed in `_due` under
+    the clock value at whose tick it needs its next block; a tick takes blocks only for those, in
+    the order they joined (`key`: the caller's batch order, the order vLLM's running queue has), so
+    blocks are taken exactly as `append_each` over the batch in that order would take them. Each
+    list in `_due` is in join order without sorting: a tick files the sequences it served, in order,
+    `block_size` ticks ahead, before any sequence that joins later can be filed there. Any other use of a ticking sequence
+    brings it up to date first (`_sync`); changing it another way than by ticks stops its ticking
+    (`_untick`). Needs no prefix cache and no shared partly filled last block (no copy-on-write)."""
+
+    @property
+    def can_tick(self) -> bool:
+        """Whether sequences can tick (no prefix cache: ticks register no filled blocks)."""
+        return self._cache is None
+
+    def tick_join(self, seq_id: int) -> None:
+        """Start growing `seq_id` by one slot per `tick()`, after the sequences ticking now."""
+        seq = self._seq(seq_id)
+        bs = self.block_size
+        if seq.at >= 0:
+            raise AllocationError(f"sequence {seq_id} is already ticking")
+        if self._cache is not None or (seq.tokens % bs and self._ref[seq.table[-1]] > 1):
+            raise AllocationError(f"sequence {seq_id} cannot tick (prefix cache or shared last block)")
+        seq.at, seq.key = self._clock, self._joins
+        self._joins += 1
+        self._ticking += 1
+        self._due.setdefault(self._clock + len(seq.table) * bs - seq.tokens, []).append(seq)
+
+    def _sync(self, seq) -> None:
+        """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change)."""
+        seq.tokens += self._clock - seq.at
+        seq.at = self._clock
+
+    def _untick(self, seq) -> None:
+        """Stop a ticking sequence's growth (its stale `_due` entry is skipped when reached)."""
+        self._sync(seq)
+        seq.at = -1
+        self._ticking -= 1
+
+    def _sync_all(self) -> None:
+        if self._ticking:
+            for seq in self._seqs.values():
+                if seq.at >= 0:
+                    self._sync(seq)
+
+    def tick(self) -> bool:
+        """One slot for every ticking sequence, taking a block for each that crosses a block boundary
+        (in key order). False when one found no free block: free some (e.g. `free` a ticking
+        sequence) and call again to go on from it; True when the tick is complete."""
+        pending = self._pending
+        if pending is None:
+            pending = self._due.pop(self._clock, None)
+            if pending is None:                 # no sequence crosses a boundary
+                self._clock += 1
+                self._sum_tokens += self._ticking
+                return True
+        clock, bs = self._clock, self.block_size
+        free = taken = self.num_free_blocks
+        nxt = self._due.setdefault(clock + bs, [])
+        for k, seq in enumerate(pending):
+            if seq.at < 0 or seq.at + len(seq.table) * bs - seq.tokens != clock:
+                continue                        # stale: it stopped ticking since it was filed
+            if not free:
+                self._pending = pending[k:]
+                self._sum_blocks += taken - free
+                return False
+            free -= 1
+            table = seq.table
+            held = len(table) * bs
+            table.append(self._take())
+            final = seq.final
+            if final > held:
+                self._sum_reach += (final if final < held + bs else held + bs) - held
+            nxt.append(seq)
+        self._sum_blocks += taken - free
+        self._pending = None
+        self._clock = clock + 1
+        self._sum_tokens += self._ticking
+        return True
+
+    def tick_window(self, max_steps: int) -> int:
+        """How many ticks (<= `max_steps`) `tick_steps` can run before the free blocks run out (the
+        same count `decode_window` gives for the ticking sequences)."""
+        num = self._ticking
+        if self._shared_partial or max_steps < 1 or not num:
+            return max(max_steps, 0)
+        bs, clock, due = self.block_size, self._clock, self._due
+        rooms = []                 # ticks before each sequence needs a block: 0..bs-1
+        for room in range(bs):
+            for s in due.get(clock + room, ()):
+                if s.at >= 0 and s.at + len(s.table) * bs - s.tokens == clock + room:
+                    rooms.append(room)
+        # in each round of bs ticks every sequence takes one block, in order of room
+        rounds, rank = divmod(self.num_free_blocks, num)
+        return min(max_steps, rooms[rank] + rounds * bs)
+
+    def tick_steps(self, steps: int) -> list[MemoryStats]:
+        """`steps` ticks within what `tick_window` allowed; `stats()` after each."""
+        snapshots, stats, tick = [], self.stats, self.tick
+        for _ in range(steps):
+            if not tick():
+                raise AllocationError("tick_steps ran out of free blocks")
+            snapshots.append(stats())
+        return snapshots
+

@@ -1,0 +1,154 @@
+"""Lazy decode steps for continuous batching: a decode step costs O(1) plus the sequences that cross a
+block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.scheduler.Scheduler`.
+
+When every request has one sequence, prefills are never chunked and the allocator can tick (paged,
+no prefix cache; `tick_join` etc. in kvsim/alloc/paged_window.py), a running request that has
+finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
+and advance with the step clocks (`_kv_clock` counts the steps that grew the batch's KV slots,
+`_gen_clock` the steps that emitted their tokens; equal between steps), so it holds
+`kv_len[i] + _kv_clock - _since[i]` slots. Its last step is filed in the heap `_ends` by the value
+of `_gen_clock` at which it emits its last token. The sum of the members' KV slots is kept as
+`_context`. Whoever reads a member's state brings it up to date first (`_sync`); preemption and
+retirement take it out (`_leave`). The allocator grows the members' sequences the same way, taking
+blocks in the batch's order, so every output equals stepping each sequence (kvsim/scheduler.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from kvsim.alloc.base import MemoryStats
+
+
+class LazyDecodes:
+    """The members' clocks and the lazy versions of `_grow_running`, `finish`, `steady_decodes` and
+    `advance` (used only when `_lazy`)."""
+
+    def _lazy_init(self) -> None:
+        alloc = self.alloc
+        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1
+                      and not self.cfg.chunked_prefill)
+        self._kv_clock = self._gen_clock = 0
+        self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
+        self._keys: dict[int, int] = {}       # member request -> its join key
+        self._ends: list[tuple[int, int, int]] = []   # (last token's _gen_clock, join key, request)
+        self._context = 0                     # KV slots of the members, now
+        self._joins = 0                       # join counter: the members' batch order
+        self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
+
+    # -- membership ------------------------------------------------------------------------------
+    def _join(self, i: int) -> None:
+        key = self._joins
+        self._joins += 1
+        self._since[i], self._keys[i] = self._gen_clock, key
+        self._context += self.kv_len[i]
+        heapq.heappush(self._ends, (self._gen_clock + self.output[i] - self.generated[i], key, i))
+        self.alloc.tick_join(i)
+
+    def _sync(self, i: int) -> None:
+        """Bring member `i`'s `kv_len` and `generated` up to `_gen_clock` (exact between steps;
+        during a step that grew the batch, `kv_len` is one behind until the step emits)."""
+        since = self._since.get(i)
+        if since is not None:
+            d = self._gen_clock - since
+            self.kv_len[i] += d
+            self.generated[i] += d
+            self._since[i] = self._gen_clock
+
+    def _leave(self, i: int) -> None:
+        """Take request `i` out of the members (preempted or retired), its state brought up to date."""
+        if i in self._since:
+            self._sync(i)
+            self.kv_len[i] += self._kv_clock - self._gen_clock
+            del self._since[i], self._keys[i]
+            self._context -= self.kv_len[i]
+
+    def _sync_all(self) -> None:
+        for i in list(self._since):
+            self._sync(i)
+
+    # -- what the base class reads, brought up to date ---------------------------------------------
+    def finish(self, plan, now: float) -> None:
+        if self._lazy:
+            self._finish_lazy(plan, now)
+        else:
+            super().finish(plan, now)
+
+    def computed_tokens(self, i: int) -> int:
+        self._sync(i)
+        return super().computed_tokens(i)
+
+    def request_columns(self):
+        self._sync_all()
+        return super().request_columns()
+
+    # -- one step --------------------------------------------------------------------------------
+    def _grow_lazy(self, plan) -> bool:
+        """`_grow_running` for members: one tick of the allocator (blocks for the sequences that cross
+        a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
+        running, preempted = self.running, False
+        if running:
+            while not self.alloc.tick():
+                preempted = True
+                self._preempt(running[-1], plan)
+            self._kv_clock += 1
+            self._context += len(running)
+            self._ticked = True
+        plan.decodes = running[:]
+        plan.decode_seqs = len(running)
+        plan.decode_context_tokens = self._context
+        return preempted
+
+    def _finish_lazy(self, plan, now: float) -> None:
+        """`finish` with members: the step's new decoders (finished prefills, swap-ins) emit one by
+        one, the members through `_gen_clock`; those that go on decoding become members."""
+        prefill_left, first_token_s, generated, output = (self.prefill_left, self.first_token_s,
+                                                         self.generated, self.output)
+        fresh = []
+        for i, _ in plan.prefills:
+            if prefill_left[i] == 0:
+                fresh.append(i)
+                if first_token_s[i] != first_token_s[i]:
+                    first_token_s[i] = now
+        retire = [i for i in fresh if generated[i] + 1 == output[i]]
+        ending = []
+        if self._ticked:
+            self._ticked = False
+            self._gen_clock = clock = self._gen_clock + 1
+            ends, keys = self._ends, self._keys
+            while ends and ends[0][0] <= clock:
+                _, key, i = heapq.heappop(ends)
+                if keys.get(i) == key:         # (else stale: it left the members since)
+                    ending.append((key, i))
+        ending.sort()
+        retire.extend(i for _, i in ending)
+        for i in plan.swapped_in:
+            fresh.append(i)
+            if generated[i] + 1 == output[i]:
+                retire.append(i)
+        for i in fresh:
+            generated[i] += 1
+        plan.finished = retire
+        for i in retire:
+            self._leave(i)
+        self._retire(retire, now)
+        for i in fresh:
+            if generated[i] < output[i]:
+                self._join(i)
+
+    # -- many steps at once ----------------------------------------------------------------------
+    def _steady_lazy(self) -> tuple[list[int], int, int] | None:
+        """`steady_decodes` with members (every running request is one)."""
+        ends, keys = self._ends, self._keys
+        while keys.get(ends[0][2]) != ends[0][1]:   # drop stale entries (preempted members)
+            heapq.heappop(ends)
+        steps = ends[0][0] - self._gen_clock - 1
+        return self.running[:], self.alloc.tick_window(steps), self._context
+
+    def _advance_lazy(self, steps: int) -> list[MemoryStats]:
+        """`advance` with members: `steps` ticks of the allocator and of both clocks."""
+        mems = self.alloc.tick_steps(steps)
+        self._kv_clock += steps
+        self._gen_clock += steps
+        self._context += steps * len(self.running)
+        return mems
