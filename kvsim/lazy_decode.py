@@ -27,7 +27,7 @@ class LazyDecodes:
     def _lazy_init(self) -> None:
         alloc = self.alloc
         self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1
-                      and not self.cfg.chunked_prefill)
+                      and not self.cfg.chunked_prefill and not self.sample_ends)
         self._kv_clock = self._gen_clock = 0
         self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
         self._keys: dict[int, int] = {}       # member request -> its join key
