@@ -4,7 +4,9 @@ Each engine step is the simulator's: `kvsim.step.Stepper.step` schedules, times 
 SimPy here; arrivals are added before each step) and returns its plan with the block tables of the
 live sequences. `gpu_harness.layout` turns the plan into kernel inputs: its copy-on-write pairs run
 through `copy_blocks`, its new tokens' K/V (random) are written with `store_kv` through slot mappings
-built from the block tables, and `paged_decode` runs for every decoding sequence, layer by layer. On
+built from the block tables, and `paged_decode` runs for every decoding sequence, layer by layer (a
+beam that re-forked a surviving one, `plan.reforked`, takes a copy of its shadow before the writes and
+reads the parent's physical blocks until copy-on-write gives it its own last block). On
 sampled steps every decode output is compared with a torch reference over a contiguous shadow copy of
 the same sequence's K/V.
 

@@ -182,3 +182,20 @@ def test_device_check_predictions_are_the_simulators(name, cache):
     assert rows[0] == "step,used_blocks"
     assert [int(r.split(",")[1]) for r in rows[1:]] == predicted
     assert f"{name}:" in (ROOT / "gpu_harness" / "device_check.sh").read_text()
+
+
+def test_replay_with_beams_reads_shared_blocks_and_copies_on_write(monkeypatch):
+    """Beam search on real kernels: dead beams re-fork surviving ones (they then read the parent's
+    physical blocks), `copy_blocks` performs each copy-on-write before the write that needs it, and
+    every beam's attention equals the reference over its own unshared (contiguous) copy of its K/V.
+    Without the copies (fault injection) the outputs differ."""
+    trace = Trace.from_arrays([0.0, 0.01], [19, 13], [9, 7], beam_width=[3, 2])
+    cfg = replace(config(200), scheduler=SchedulerConfig(beam_death_rate=0.5))
+    sim = simulate(trace, cfg)
+    assert sim.summary["beam"]["forks"] >= 4
+    report = replay(trace, cfg, TINY, "cpu", sim.steps.used_blocks.tolist())
+    assert report.ok, report
+    assert report.block_copies >= sim.summary["beam"]["forks"] // 2
+    monkeypatch.setattr(replay_mod._Pool, "copy", lambda self, mapping: None)
+    broken = replay(trace, cfg, TINY, "cpu", check_every=1)
+    assert not broken.ok and broken.worst_abs_err > 1e-2
