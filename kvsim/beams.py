@@ -25,7 +25,7 @@ import random
 
 #: Default probability per decode step that a beam dies (replaced by a fork of a survivor); see
 #: docs/sharing.md for why this value.
-BEAM_DEATH_RATE = 0.3
+BEAM_DEATH_RATE = 0.05
 
 
 class BeamModel:
