@@ -10,6 +10,7 @@ and runs it as one timeout (`fast_forward=False` steps one at a time; tests comp
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 import simpy
@@ -37,10 +38,18 @@ class Engine:
         self.arrivals_done = False
 
     def run(self) -> float:
-        """Simulate until every request has finished or been rejected; returns the end time (s)."""
+        """Simulate until every request has finished or been rejected; returns the end time (s).
+        The loop makes no reference cycles, so the cyclic garbage collector is paused while it runs
+        (its scans over the run's per-request lists would cost about a sixth of the time)."""
         self.env.process(self._arrivals())
         self.env.process(self._engine())
-        self.env.run()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.env.run()
+        finally:
+            if collecting:
+                gc.enable()
         return self.env.now
 
     def _arrivals(self):

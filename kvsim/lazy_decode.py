@@ -102,15 +102,16 @@ class LazyDecodes:
     def _finish_lazy(self, plan, now: float) -> None:
         """`finish` with members: the step's new decoders (finished prefills, swap-ins) emit one by
         one, the members through `_gen_clock`; those that go on decoding become members."""
-        prefill_left, first_token_s, generated, output = (self.prefill_left, self.first_token_s,
-                                                         self.generated, self.output)
+        generated, output = self.generated, self.output
         fresh = []
-        for i, _ in plan.prefills:
-            if prefill_left[i] == 0:
-                fresh.append(i)
-                if first_token_s[i] != first_token_s[i]:
-                    first_token_s[i] = now
-        retire = [i for i in fresh if generated[i] + 1 == output[i]]
+        if plan.prefills:
+            prefill_left, first_token_s = self.prefill_left, self.first_token_s
+            for i, _ in plan.prefills:
+                if prefill_left[i] == 0:
+                    fresh.append(i)
+                    if first_token_s[i] != first_token_s[i]:
+                        first_token_s[i] = now
+        fresh.extend(plan.swapped_in)
         ending = []
         if self._ticked:
             self._ticked = False
@@ -120,18 +121,18 @@ class LazyDecodes:
                 _, key, i = heapq.heappop(ends)
                 if keys.get(i) == key:         # (else stale: it left the members since)
                     ending.append((key, i))
-        ending.sort()
-        retire.extend(i for _, i in ending)
-        for i in plan.swapped_in:
-            fresh.append(i)
-            if generated[i] + 1 == output[i]:
-                retire.append(i)
+            if len(ending) > 1:
+                ending.sort()
+            ending = [i for _, i in ending]
+            for i in ending:
+                self._leave(i)
+        new_ends = [i for i in fresh if generated[i] + 1 == output[i]]
         for i in fresh:
             generated[i] += 1
-        plan.finished = retire
-        for i in retire:
-            self._leave(i)
-        self._retire(retire, now)
+        # the step's finishes in emit order (prefills, members, swap-ins: a step that swaps in admits
+        # nothing), freed in batch order (members, then the requests that joined the batch this step)
+        plan.finished = ending + new_ends if plan.swapped_in else new_ends + ending
+        self._retire(ending + new_ends, now, in_order=True)
         for i in fresh:
             if generated[i] < output[i]:
                 self._join(i)

@@ -190,10 +190,10 @@ class SchedulerBase:
                 retire.append(i)
         return retire
 
-    def _retire(self, retire: list[int], now: float) -> None:
+    def _retire(self, retire: list[int], now: float, in_order: bool = False) -> None:
         """Free finished requests in batch order (vLLM's order: it decides which freed blocks the
-        prefix cache evicts first)."""
-        if len(retire) > 1:
+        prefix cache evicts first); `in_order`: `retire` is in that order already."""
+        if len(retire) > 1 and not in_order:
             done = set(retire)
             retire = [i for i in self.running if i in done]
         for i in retire:

@@ -211,11 +211,12 @@ class Scheduler(LazyDecodes, SchedulerBase):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
             hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
             cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
-            if not self._fork_samples(seqs) or (own and not self._regrow(seqs, own)):
+            if len(seqs) > 1 and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
                 plan.limited_by = _KV
                 break
             plan.allocated.append((seqs[0], cached))
-            plan.forked.extend((seqs[0], s) for s in seqs[1:])
+            if len(seqs) > 1:
+                plan.forked.extend((seqs[0], s) for s in seqs[1:])
             self.waiting.popleft()
             self.kv_len[i], self.prefill_left[i] = need, compute
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission

@@ -9,9 +9,9 @@ while the step runs, its start and duration; the engine turns it into a timeout 
 harness into kernel inputs (`gpu_harness.layout`), like vLLM's scheduler output with `blocks_to_copy`.
 
 `Stepper.window(last, now, next_arrival)` is the exact fast-forward: after a step that admitted,
-preempted, swapped and retired nothing, the batch is in a steady decode phase and the next steps are
-predictable until a request reaches its last token, the free blocks run out, or (with an empty queue)
-a request arrives. It returns those steps as one plan (one entry per step in `starts`, `durations`,
+preempted, swapped and retired nothing, or after any step that left nothing queued or swapped out,
+the batch is in a steady decode phase and the next steps are predictable until a request reaches its
+last token, the free blocks run out, or (with an empty queue) a request arrives. It returns those steps as one plan (one entry per step in `starts`, `durations`,
 `waiting`, `memory`). Step boundaries within `TIE` of an arrival end the window, so the order of
 arrivals and steps is the same as stepping one at a time (tests compare the two).
 
@@ -161,9 +161,9 @@ class Stepper:
     def window(self, last: StepPlan, now: float, next_arrival: int) -> StepPlan | None:
         """After step `last` ended at `now`, with arrivals before index `next_arrival` queued: the
         next steady decode steps as one plan (at least two), or None."""
-        if last.prefills or last.swap_tokens or last.preempted or last.finished:
-            return None
         sched, times = self.sched, self.arrivals
+        if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped):
+            return None      # the next step may admit or swap in (else it only decodes: steady)
         if not last.waiting[-1] and (sched.waiting or (next_arrival < len(times)
                                                        and times[next_arrival] <= now + last.durations[-1])):
             return None      # something arrived (or arrives within a step) and would be admitted

@@ -84,6 +84,8 @@ class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
         """Whether a sequence of `num_tokens` slots fits now, its prefix-cache hits counted (the blocks
         it misses plus the evictable blocks it hits must be free). `seq_id`: the id it will have (None: its
         own earlier blocks are not looked up)."""
+        if self._cache is None:
+            return -(-num_tokens // self.block_size) <= self.num_free_blocks
         return self._hits_cost(num_tokens, block_hashes, seq_id)[1] <= self.num_free_blocks
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
@@ -99,7 +101,7 @@ class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
         bs = self.block_size
         cache = self._cache
-        hashes, hits = self._prefix(num_tokens, block_hashes, seq_id)
+        hashes, hits = self._prefix(num_tokens, block_hashes, seq_id) if cache is not None else ([], [])
         hold = num_tokens if hold_tokens is None else max(hold_tokens, len(hits) * bs)
         if hold < 1 or hold > num_tokens:
             raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
@@ -115,7 +117,7 @@ class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
             else:
                 self._excess += bs
             ref[block] += 1
-        table = hits + [self._take() for _ in range(num_new)]
+        table = hits + self._take_many(num_new)
         final = max(final_tokens, num_tokens)
         seq = self._seqs[seq_id] = _Seq(table, hold, final, hashes, seq_id)
         if cache is not None:
@@ -163,11 +165,22 @@ class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
         if seq.at >= 0:
             self._untick(seq)
         del self._seqs[seq_id]
-        ref = self._ref
-        cache = self._cache
-        bs = self.block_size
-        partial_last = seq.tokens % bs != 0
-        for block in reversed(seq.table):
+        ref, cache = self._ref, self._cache
+        partial_last = seq.tokens % self.block_size != 0
+        if cache is None and not self._excess and not self._shared_partial:   # nothing is shared
+            for block in seq.table:
+                ref[block] = 0
+            self._free.extend(reversed(seq.table))
+        else:
+            self._release(seq.table, partial_last)
+        self._sum_tokens -= seq.tokens
+        self._sum_reach -= min(seq.final, len(seq.table) * self.block_size)
+        self._sum_blocks -= len(seq.table)
+
+    def _release(self, table: list[int], partial_last: bool) -> None:
+        """Drop one reference to each block of `table`, last block first (see `free`)."""
+        ref, cache, bs = self._ref, self._cache, self.block_size
+        for block in reversed(table):
             ref[block] -= 1
             if ref[block] == 0:
                 if cache is None or not cache.park(block):
@@ -178,9 +191,16 @@ class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
             else:
                 self._excess -= bs
             partial_last = False
-        self._sum_tokens -= seq.tokens
-        self._sum_reach -= min(seq.final, len(seq.table) * self.block_size)
-        self._sum_blocks -= len(seq.table)
+
+    def _take_many(self, num: int) -> list[int]:
+        """`num` blocks as `num` calls of `_take` give them."""
+        fresh = min(num, self.num_blocks - self._top)
+        blocks = list(range(self._top, self._top + fresh))
+        self._top += fresh
+        self._ref.extend([1] * fresh)
+        if num > fresh:
+            blocks += [self._take() for _ in range(num - fresh)]
+        return blocks
 
     def _take(self) -> int:
         """A fresh block with reference count 1: a never used one, else a released plain free one, else

@@ -132,17 +132,18 @@ class PagedTicks:
         clock, bs = self._clock, self.block_size
         free = taken = self.num_free_blocks
         nxt = self._due.setdefault(clock + bs, [])
+        take = self._take
         for k, seq in enumerate(pending):
-            if seq.at < 0 or seq.at + len(seq.table) * bs - seq.tokens != clock:
+            table = seq.table
+            held = len(table) * bs
+            if seq.at < 0 or seq.at + held - seq.tokens != clock:
                 continue                        # stale: it stopped ticking since it was filed
             if not free:
                 self._pending = pending[k:]
                 self._sum_blocks += taken - free
                 return False
             free -= 1
-            table = seq.table
-            held = len(table) * bs
-            table.append(self._take())
+            table.append(take())
             final = seq.final
             if final > held:
                 self._sum_reach += (final if final < held + bs else held + bs) - held
@@ -159,22 +160,62 @@ class PagedTicks:
         num = self._ticking
         if self._shared_partial or max_steps < 1 or not num:
             return max(max_steps, 0)
+        # in each round of bs ticks every sequence takes one block, in order of the ticks before it
+        # needs one (its room, 0..bs-1): the first tick without a free block ends the window
         bs, clock, due = self.block_size, self._clock, self._due
-        rooms = []                 # ticks before each sequence needs a block: 0..bs-1
+        rounds, rank = divmod(self.num_free_blocks, num)
         for room in range(bs):
             for s in due.get(clock + room, ()):
                 if s.at >= 0 and s.at + len(s.table) * bs - s.tokens == clock + room:
-                    rooms.append(room)
-        # in each round of bs ticks every sequence takes one block, in order of room
-        rounds, rank = divmod(self.num_free_blocks, num)
-        return min(max_steps, rooms[rank] + rounds * bs)
+                    rank -= 1
+                    if rank < 0:
+                        return min(max_steps, room + rounds * bs)
+        raise AllocationError("a ticking sequence is missing from its tick")
 
     def tick_steps(self, steps: int) -> list[MemoryStats]:
         """`steps` ticks within what `tick_window` allowed; `stats()` after each."""
-        snapshots, stats, tick = [], self.stats, self.tick
-        for _ in range(steps):
-            if not tick():
-                raise AllocationError("tick_steps ran out of free blocks")
-            snapshots.append(stats())
+        if self._cache is not None or self._shared_partial or self._pending is not None:
+            snapshots = []
+            for _ in range(steps):
+                if not self.tick():
+                    raise AllocationError("tick_steps ran out of free blocks")
+                snapshots.append(self.stats())
+            return snapshots
+        # `tick` and `stats` inlined: no prefix cache, nothing shared, every block taken fits
+        bs, due, nb, cap, ticking = self.block_size, self._due, self.num_blocks, self.capacity_tokens, self._ticking
+        top, free_list, ref, excess = self._top, self._free, self._ref, self._excess
+        sum_tokens, sum_reach, sum_blocks = self._sum_tokens, self._sum_reach, self._sum_blocks
+        snapshots, start = [], self._clock
+        for clock in range(start, start + steps):
+            crossing = due.pop(clock, None)
+            if crossing:
+                nxt = due.setdefault(clock + bs, [])
+                for seq in crossing:
+                    table = seq.table
+                    held = len(table) * bs
+                    if seq.at < 0 or seq.at + held - seq.tokens != clock:
+                        continue                    # stale
+                    if top < nb:                    # `_take`
+                        table.append(top)
+                        top += 1
+                        ref.append(1)
+                    elif free_list:
+                        block = free_list.popleft()
+                        ref[block] = 1
+                        table.append(block)
+                    else:
+                        raise AllocationError("tick_steps ran out of free blocks")
+                    final = seq.final
+                    if final > held:
+                        sum_reach += (final if final < held + bs else held + bs) - held
+                    sum_blocks += 1
+                    nxt.append(seq)
+            sum_tokens += ticking
+            num_free = nb - top + len(free_list)
+            used = nb - num_free
+            tokens, reach = sum_tokens - excess, sum_reach - excess
+            snapshots.append(MemoryStats(cap, tokens, reach - tokens, used * bs - reach, 0, num_free * bs,
+                                         used, num_free, sum_blocks, 0))      # (as `stats()`)
+        self._top, self._clock = top, start + steps
+        self._sum_tokens, self._sum_reach, self._sum_blocks = sum_tokens, sum_reach, sum_blocks
         return snapshots
-
