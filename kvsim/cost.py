@@ -181,10 +181,21 @@ class CostModel:
         context lengths (KV tokens read).
         """
         tokens = prefill_tokens + decode_seqs
-        return (self.step_overhead_s + self.linear_time(tokens)
-                + self.prefill_attention_time(prefill_attn_tokens)
-                + self.decode_attention_time(decode_seqs, decode_context_tokens)
-                + self.store_kv_time(tokens) + self.all_reduce_time(tokens))
+        if tokens <= 0 or prefill_attn_tokens < 0:
+            return (self.step_overhead_s + self.linear_time(tokens)
+                    + self.prefill_attention_time(prefill_attn_tokens)
+                    + self.decode_attention_time(decode_seqs, decode_context_tokens)
+                    + self.store_kv_time(tokens) + self.all_reduce_time(tokens))
+        # the same sum with the helpers inlined (the simulator's hot path; bit for bit the same)
+        tiled = -(-tokens // GEMM_TILE_TOKENS) * GEMM_TILE_TOKENS
+        compute, memory = tiled * self._lin_s_per_token, self._weights_s + tokens * self._act_s_per_token
+        linear = self._lin_fixed_s + (compute if compute >= memory else memory)
+        prefill = self._prefill_fixed_s + prefill_attn_tokens * self._prefill_s_per_pair if prefill_attn_tokens else 0.0
+        decode = (self._decode_fixed_s + decode_seqs * self._decode_s_per_seq
+                  + decode_context_tokens * self._decode_s_per_token) if decode_seqs > 0 else 0.0
+        return (self.step_overhead_s + linear + prefill + decode
+                + (self._store_fixed_s + tokens * self._store_s_per_token)
+                + (self._ar_fixed_s + tokens * self._ar_s_per_token))
 
     def decode_step_times(self, seqs: int, first_context: int, steps: int) -> list[float]:
         """`step_time(0, 0, seqs, c)` for c = first_context, first_context + seqs, ... (`steps` of

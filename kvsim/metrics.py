@@ -1,9 +1,10 @@
 """Per-step and per-request records, and the run summary (keys of DESIGN.md's `--json`).
 
 Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
-snapshot is weighted by the step's duration. The step log keeps one list per column and folds every
-`CHUNK` rows into running aggregates (all the summary needs), so a run's memory does not grow with its
-steps unless the rows are kept (`keep=True`, for `steps.csv` or the steps table) or handed to a sink.
+snapshot is weighted by the step's duration. The step log buffers one tuple per step and folds them,
+`CHUNK` rows at a time, into numpy columns and running aggregates (all the summary needs), so a run's
+memory does not grow with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the
+steps table) or handed to a sink.
 """
 
 from __future__ import annotations
@@ -28,18 +29,22 @@ _ROW = ("time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_
 _WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
 _FLOAT = ("time_s", "duration_s")
 CHUNK = 1 << 16       # rows folded into the aggregates at a time
+HOLD = 1 << 18        # rows buffered before folding when every row is kept and none is streamed
 
 
 class StepLog:
     """One row per engine step, appended from step plans (`record`) as one tuple per step and turned
-    into numpy columns every `CHUNK` rows. `keep`: keep every row (`columns()`); `sink(columns)`:
-    receives each chunk of rows (e.g. a CSV writer)."""
+    into numpy columns `CHUNK` rows at a time: as they come when streamed (`sink(columns)` receives
+    each chunk, e.g. a CSV writer) or only aggregated (`keep=False`); else (`keep`: every row kept,
+    `columns()`) once `HOLD` rows are buffered or the run has ended (the engine loop then does not
+    convert rows it does not need yet)."""
 
     def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.keep, self.sink = keep, sink
         self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
         self._kept: list[dict[str, np.ndarray]] = []
         self._memory_fields: tuple[str, ...] = ()   # the snapshots' field names
+        self._hold = HOLD if keep and sink is None else CHUNK   # rows buffered before folding
         self.num_steps = 0
         self.end_s = 0.0                  # when the last step ended, s
         self.total_s = 0.0                # sum of step durations, s
@@ -67,7 +72,7 @@ class StepLog:
                 plan.starts, plan.durations, repeat(plan.batch_requests, k), waiting,
                 repeat(plan.prefill_tokens, k), repeat(plan.decode_seqs, k), limits,
                 plan.compute_bound if plan.compute_bound else repeat(False, k)), plan.memory))
-        if len(rows) >= CHUNK:
+        if len(rows) >= self._hold:
             while len(rows) >= CHUNK:
                 self._fold(CHUNK)
 
@@ -106,13 +111,15 @@ class StepLog:
 
     def close(self) -> None:
         """Fold the last rows (call once the run has ended)."""
+        while len(self._rows) > CHUNK:
+            self._fold(CHUNK)
         self._fold()
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every kept row as numpy columns (`STEP_COLUMNS`)."""
         if not self.keep:
             raise ValueError("this step log kept no rows (keep=False)")
-        self._fold()
+        self.close()
         return {c: np.concatenate([k[c] for k in self._kept]) if self._kept else
                 np.zeros(0, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS}
 
