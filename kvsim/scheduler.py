@@ -203,7 +203,7 @@ class Scheduler(LazyDecodes, SchedulerBase):
             # diverged samples (recompute of n > 1): the prompt once, then each sample its own outputs
             own = self.generated[i] if len(seqs) > 1 else 0
             base = need - own
-            if not alloc.can_allocate(base, final, ids, seqs[0]):
+            if not alloc.can_allocate(base, final, ids, seqs[0]) or not self._batch_fits(i):
                 plan.limited_by = _KV
                 break
             compute = base - (alloc.cached_tokens(base, ids, seqs[0]) if self.block_ids else 0) + own * len(seqs)
@@ -226,6 +226,11 @@ class Scheduler(LazyDecodes, SchedulerBase):
             self.running.append(i)
             self.running_seqs += self.n[i]
             budget -= self._prefill_chunk(i, plan, budget)
+
+    def _batch_fits(self, i: int) -> bool:
+        """Whether request `i` may join the batch besides fitting now (continuous batching: always;
+        it preempts when memory runs out later)."""
+        return True
 
     def _fork_samples(self, seqs: range) -> bool:
         """Fork the request's other samples from its first sequence; undo all and return False when

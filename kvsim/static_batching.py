@@ -46,6 +46,13 @@ class StaticScheduler(Scheduler):
             plan.finished = list(self.running)
             self._retire(plan.finished, now)
 
+    def _batch_fits(self, i: int) -> bool:
+        """A static batch never preempts, so it admits a request only while the batch's peaks, this
+        request's included, fit in the cache (paged memory grows as the batch decodes; contiguous
+        reservations already hold each peak, so this never binds for them)."""
+        peak = self._peak_slots
+        return sum(map(peak, self.running)) + peak(i) <= self.alloc.capacity_tokens
+
     def _end_samples(self, plan: StepPlan) -> None:
         """Never early: a sample that ended stays in the batch as padding, like a finished request."""
 

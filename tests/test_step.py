@@ -52,3 +52,13 @@ def test_swap_out_and_back_in_with_its_pcie_time():
 def test_nothing_to_run_is_none():
     parts = build_run(Trace.from_arrays([0.0], [4], [2]), SimConfig(DEP, CacheConfig(num_blocks=8), engine_profile="ideal"))
     assert Stepper(parts.scheduler, ConstantCost(1.0)).step(0.0) is None      # nothing added yet
+
+
+def test_static_batch_admits_only_what_its_peak_fits_in_paged_memory():
+    """Static batches never preempt. Two requests of prompt 8 and 9 outputs peak at ceil(16 / 4) = 4
+    blocks each; 6 blocks hold both prompts (2 + 2) but not both peaks (8), so the second waits for the
+    first batch to end (it used to be admitted and the batch ran out of blocks mid-decode)."""
+    p = plans(Trace.from_arrays([0.0, 0.0], [8, 8], [9, 9]), num_blocks=6, batching="static")
+    assert [x.allocated for x in p if x.allocated] == [[(0, 0)], [(1, 0)]]
+    assert p[0].prefills == [(0, 8)] and p[9].prefills == [(1, 8)] and len(p) == 18
+    assert max(x.memory[0].used_blocks for x in p) == 4
