@@ -5,6 +5,7 @@ leading prompt blocks requests share, either as per-block content hashes (`block
 Mooncake trace's `hash_ids`) or as a named prefix group with a shared prefix length. `prompt_block_ids`
 turns either into per-block content ids at the run's block size; the allocator chains them itself.
 
+Reading text files (and `TraceError`) lives in `kvsim.trace_text`, content ids in `kvsim.block_ids`.
 File formats live in `kvsim.trace_jsonl` (the kvsim JSONL schema) and `kvsim.trace_formats` (Azure,
 Mooncake, Vidur/Splitwise, auto-detection, and `load_trace`, the one entry point for all of them); this
 module imports neither.
@@ -12,102 +13,14 @@ module imports neither.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
-
-class TraceError(ValueError):
-    """A trace file is malformed; the message names the file, the line and the field."""
-
-
-#: Leading bytes of files that are not text, and what to tell the user.
-_NOT_TEXT = {b"\x1f\x8b": "gzip-compressed; decompress it first (gunzip)",
-             b"PK\x03\x04": "a zip archive; extract the trace first",
-             b"BZh": "bzip2-compressed; decompress it first (bunzip2)",
-             b"\xfd7zXZ": "xz-compressed; decompress it first (unxz)",
-             b"\x28\xb5\x2f\xfd": "zstd-compressed; decompress it first (unzstd)",
-             b"\xff\xfe": "UTF-16 text; kvsim reads UTF-8 (convert with iconv -f UTF-16 -t UTF-8)",
-             b"\xfe\xff": "UTF-16 text; kvsim reads UTF-8 (convert with iconv -f UTF-16 -t UTF-8)"}
-_NOT_UTF8 = re.compile("[\udc80-\udcff]")     # undecodable bytes, as surrogateescape keeps them
-
-
-class DuplicateKeyError(ValueError):
-    """A JSON object names the same key twice; `key` is the first repeated one."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"key {key!r} appears twice")
-        self.key = key
-
-
-def unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """`object_pairs_hook` for json.loads: the object as a dict, DuplicateKeyError on a repeated key
-    (plain json.loads silently keeps the last value)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKeyError(key)
-            seen.add(key)
-    return obj
-
-
-def check_trace_file(path: Path) -> None:
-    """TraceError unless `path` is an existing file that starts like text (not compressed, not UTF-16)."""
-    if not path.exists():
-        raise TraceError(f"{path}: no such file")
-    if path.is_dir():
-        raise TraceError(f"{path}: is a folder, not a trace file")
-    with open(path, "rb") as f:
-        head = f.read(6)
-    for magic, what in _NOT_TEXT.items():
-        if head.startswith(magic):
-            raise TraceError(f"{path}:1: the file is {what}")
-
-
-def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line) for every line of UTF-8 text file `path`, a leading byte-order mark
-    dropped; TraceError naming the line and column of the first byte that is not UTF-8."""
-    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
-        for lineno, line in enumerate(f, 1):
-            bad = _NOT_UTF8.search(line)
-            if bad:
-                raise TraceError(f"{path}:{lineno}: not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02x} "
-                                 f"at column {bad.start() + 1}); kvsim reads UTF-8 traces")
-            if "\0" in line:
-                raise TraceError(f"{path}:{lineno}: a NUL byte at column {line.index(chr(0)) + 1}; "
-                                 "this is a binary file, not a text trace")
-            yield lineno, line
-
-
-_MASK63 = np.uint64((1 << 63) - 1)
-_SALT_HASH = np.uint64(0x5EED_0000_0000_0001)  # keeps split-hash ids apart from group ids
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser on a uint64 array (wrapping arithmetic); result fits in 63 bits."""
-    x = x.astype(np.uint64, copy=True)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x & _MASK63
-
-
-def _group_key(name: str) -> np.uint64:
-    """A stable 64-bit key for a prefix-group name (blake2b, not Python's salted `hash`)."""
-    return np.frombuffer(hashlib.blake2b(name.encode(), digest_size=8).digest(), dtype=np.uint64)[0]
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
+from kvsim.block_ids import group_block_ids, split_block_ids
+from kvsim.trace_checks import check_groups, check_hashes, check_samples, first_bad, frozen
+from kvsim.trace_text import TraceError  # noqa: F401  (kvsim.trace.TraceError: the readers' error type)
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float]:
@@ -155,70 +68,18 @@ class Trace:
             a = getattr(self, name)
             if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (num,):
                 raise ValueError(f"Trace.{name} must be a {np.dtype(dtype)} array of shape ({num},)")
-            _frozen(a)
-        _first_bad("arrival_s", ~np.isfinite(self.arrival_s) | (self.arrival_s < 0), "finite and >= 0")
-        _first_bad("arrival_s", np.diff(self.arrival_s) < 0, "non-decreasing", offset=1)
+            frozen(a)
+        first_bad("arrival_s", ~np.isfinite(self.arrival_s) | (self.arrival_s < 0), "finite and >= 0")
+        first_bad("arrival_s", np.diff(self.arrival_s) < 0, "non-decreasing", offset=1)
         for name in ("prompt_tokens", "output_tokens", "n", "beam_width"):
-            _first_bad(name, getattr(self, name) < 1, ">= 1")
-        _first_bad("prefix_tokens", (self.prefix_tokens < 0) | (self.prefix_tokens > self.prompt_tokens),
+            first_bad(name, getattr(self, name) < 1, ">= 1")
+        first_bad("prefix_tokens", (self.prefix_tokens < 0) | (self.prefix_tokens > self.prompt_tokens),
                    "in [0, prompt_tokens]")
         if self.ids is not None and (len(self.ids) != num or len(set(self.ids)) != num):
             raise ValueError(f"Trace.ids must hold {num} distinct strings")
-        self._check_groups(num)
-        self._check_hashes(num)
-        self._check_samples(num)
-
-    def _check_samples(self, num: int) -> None:
-        off, val = self.sample_offsets, self.sample_values
-        if off is None or val is None:
-            if off is not None or val is not None:
-                raise ValueError("Trace.sample_offsets and Trace.sample_values go together")
-            return
-        if off.dtype != np.int64 or off.shape != (num + 1,) or val.dtype != np.int64 or val.ndim != 1:
-            raise ValueError(f"Trace.sample_offsets must be int64 [{num + 1}], sample_values int64 [S]")
-        if off[0] != 0 or off[-1] != len(val) or np.any(np.diff(off) < 0):
-            raise ValueError("Trace.sample_offsets must start at 0, not decrease, and end at len(sample_values)")
-        _frozen(off), _frozen(val)
-        count = np.diff(off)
-        has = count > 0
-        rule = "absent, or n lengths in [1, output_tokens] whose largest is output_tokens (beam_width 1)"
-        _first_bad("output_tokens_per_sample", has & ((count != self.n) | (self.beam_width != 1)), rule)
-        owner = np.repeat(np.arange(num), count)
-        bad = np.zeros(num, dtype=bool)
-        bad[owner[(val < 1) | (val > self.output_tokens[owner])]] = True
-        if has.any():
-            bad[has] |= np.maximum.reduceat(val, off[:-1][has]) != self.output_tokens[has]
-        _first_bad("output_tokens_per_sample", bad, rule)
-
-    def _check_groups(self, num: int) -> None:
-        g = self.prefix_group
-        if g is None:
-            _first_bad("prefix_tokens", self.prefix_tokens != 0, "0 without a prefix_group")
-            return
-        if g.dtype != np.int64 or g.shape != (num,):
-            raise ValueError(f"Trace.prefix_group must be an int64 array of shape ({num},)")
-        _frozen(g)
-        _first_bad("prefix_group", (g < -1) | (g >= len(self.prefix_group_names)),
-                   f"-1 or an index into {len(self.prefix_group_names)} group names")
-        _first_bad("prefix_tokens", (g >= 0) != (self.prefix_tokens > 0),
-                   ">= 1 exactly when the request has a prefix_group")
-
-    def _check_hashes(self, num: int) -> None:
-        off, val = self.hash_offsets, self.hash_values
-        if off is None or val is None:
-            if off is not None or val is not None:
-                raise ValueError("Trace.hash_offsets and Trace.hash_values go together")
-            return
-        if off.dtype != np.int64 or off.shape != (num + 1,) or val.dtype != np.int64 or val.ndim != 1:
-            raise ValueError(f"Trace.hash_offsets must be int64 [{num + 1}], hash_values int64 [H]")
-        if off[0] != 0 or off[-1] != len(val) or np.any(np.diff(off) < 0):
-            raise ValueError("Trace.hash_offsets must start at 0, not decrease, and end at len(hash_values)")
-        _frozen(off), _frozen(val)
-        if self.hash_block_size is not None and self.hash_block_size < 1:
-            raise ValueError(f"Trace.hash_block_size must be >= 1, got {self.hash_block_size}")
-        if self.prefix_group is not None:
-            _first_bad("block_hashes", (np.diff(off) > 0) & (self.prefix_group >= 0),
-                       "absent when the request has a prefix_group")
+        check_groups(self, num)
+        check_hashes(self, num)
+        check_samples(self, num)
 
     @classmethod
     def from_arrays(cls, arrival_s: Sequence[float], prompt_tokens: Sequence[int],
@@ -305,16 +166,10 @@ class Trace:
             hashes = self.block_hashes(i)
             if hbs == block_size:
                 return hashes[:num_full].tolist()
-            ratio = hbs // block_size
-            count = min(num_full, len(hashes) * ratio)
-            sub = np.arange(count, dtype=np.uint64)
-            salt = _SALT_HASH ^ np.uint64(ratio << 48)  # sub-block k covers a different span per ratio
-            keys = _mix64(hashes.view(np.uint64)[sub // np.uint64(ratio)] ^ salt)
-            return _mix64(keys + sub % np.uint64(ratio)).tolist()
+            return split_block_ids(hashes, hbs // block_size, num_full)
         if self.prefix_group is not None and self.prefix_group[i] >= 0:
-            count = int(self.prefix_tokens[i]) // block_size
-            key = _group_key(self.prefix_group_names[self.prefix_group[i]])
-            return _mix64(np.full(count, key, dtype=np.uint64) + np.arange(count, dtype=np.uint64)).tolist()
+            name = self.prefix_group_names[self.prefix_group[i]]
+            return group_block_ids(name, int(self.prefix_tokens[i]) // block_size)
         return []
 
     def slice(self, start: int, stop: int) -> Trace:
@@ -373,14 +228,6 @@ class Trace:
                 "hash_block_size": self.hash_block_size,
             },
         }
-
-
-def _first_bad(name: str, bad: np.ndarray, rule: str, offset: int = 0) -> None:
-    """Raise ValueError naming the first request where `bad` holds."""
-    hits = np.flatnonzero(bad)
-    if len(hits):
-        raise ValueError(f"Trace.{name} must be {rule}; request {int(hits[0]) + offset} is not")
-
 
 
 def rescale_trace(trace: Trace, *, time_scale: float | None = None, rate_rps: float | None = None) -> Trace:

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvsim.trace import DuplicateKeyError, Trace, TraceError, check_trace_file, text_lines, unique_keys
+from kvsim.trace import Trace
+from kvsim.trace_text import DuplicateKeyError, TraceError, check_trace_file, text_lines, unique_keys
 from kvsim.trace_jsonl import read_jsonl
 from kvsim.tracegen import poisson_arrivals
 

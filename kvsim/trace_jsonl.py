@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from kvsim.files import atomic_write
-from kvsim.trace import DuplicateKeyError, Trace, TraceError, text_lines, unique_keys
+from kvsim.trace import Trace
+from kvsim.trace_text import DuplicateKeyError, TraceError, text_lines, unique_keys
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("id", "n", "beam_width", "prefix_group", "prefix_tokens", "block_hashes", "output_tokens_per_sample")
