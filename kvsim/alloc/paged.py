@@ -198,8 +198,16 @@ class PagedAllocator(PagedStats, PagedWindows, PagedTicks):
         blocks = list(range(self._top, self._top + fresh))
         self._top += fresh
         self._ref.extend([1] * fresh)
-        if num > fresh:
-            blocks += [self._take() for _ in range(num - fresh)]
+        rest = num - fresh
+        if rest:
+            free, ref = self._free, self._ref
+            if rest <= len(free):              # released plain free blocks, from the left
+                taken = [free.popleft() for _ in range(rest)]
+                for block in taken:
+                    ref[block] = 1
+                blocks += taken
+            else:
+                blocks += [self._take() for _ in range(rest)]
         return blocks
 
     def _take(self) -> int:

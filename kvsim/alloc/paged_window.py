@@ -132,7 +132,8 @@ class PagedTicks:
         clock, bs = self._clock, self.block_size
         free = taken = self.num_free_blocks
         nxt = self._due.setdefault(clock + bs, [])
-        take = self._take
+        take, released, ref = self._take, self._free, self._ref
+        fresh = self._top < self.num_blocks
         for k, seq in enumerate(pending):
             table = seq.table
             held = len(table) * bs
@@ -143,7 +144,12 @@ class PagedTicks:
                 self._sum_blocks += taken - free
                 return False
             free -= 1
-            table.append(take())
+            if fresh or not released:
+                table.append(take())
+            else:                               # (`_take` from the released blocks, inlined)
+                block = released.popleft()
+                ref[block] = 1
+                table.append(block)
             final = seq.final
             if final > held:
                 self._sum_reach += (final if final < held + bs else held + bs) - held
