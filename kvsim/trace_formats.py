@@ -186,7 +186,7 @@ def _read_mooncake(path: Path) -> tuple[Trace, ConversionReport]:
             continue
         where = f"{path}:{lineno}"
         try:
-            rec = json.loads(line, object_pairs_hook=unique_keys)
+            rec = json.loads(line.rstrip("\r\n"), object_pairs_hook=unique_keys)
             if not isinstance(rec, dict):
                 raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
             row = [rec[k] for k in ("timestamp", "input_length", "output_length")]
