@@ -9,17 +9,25 @@ mutant. Prints per group: mutants, killed (including timeouts), survived, no tes
     python bench/mutate.py                 # every group
     python bench/mutate.py metrics alloc   # some groups
     python bench/mutate.py --jobs 4        # mutmut workers per group (default 2)
+    python bench/mutate.py metrics --recheck   # only the last run's survivors, against today's tests
+
+`--recheck` runs the group's current tests (new ones included) against each mutant the last full run of
+the group did not kill, in the mutated tree that run left behind; it refuses when a mutated file has
+changed since (the mutants would no longer be the same). Tests only ever add kills, so the counts it
+prints are those a full run with today's tests would give, at a fraction of the time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +37,12 @@ WORK = ROOT / "mutants-work"
 #: property runs (fast-forward equivalence, 250-example allocator state machines) are left out.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "metrics": (["kvsim/metrics.py"],
-                ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py"]),
+                ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py",
+                 "tests/test_step_log_by_hand.py"]),
     "scheduler": (["kvsim/scheduler.py"],
                   ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step.py",
-                   "tests/test_reference_engine.py"]),
+                   "tests/test_reference_engine.py", "tests/test_multi_seq_preemption.py",
+                   "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py"]),
     "alloc": (["kvsim/alloc/*"],
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
                "tests/test_metrics_golden.py", "tests/test_engine.py"]),
@@ -41,8 +51,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
                                    "tests/test_specs_validation.py", "tests/test_specs_bounds.py"]),
     "trace": (["kvsim/trace_formats.py", "kvsim/trace_jsonl.py"],        # the readers, not kvsim/trace.py
-              ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_bad_input.py",
-               "tests/test_cli_trace.py"]),
+              ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_trace_readers.py",
+               "tests/test_bad_input.py", "tests/test_cli_trace.py"]),
 }
 
 
@@ -90,20 +100,64 @@ def run_group(group: str, jobs: int) -> dict:
             "wall_s": time.perf_counter() - start, "not_killed": survivors}
 
 
+def recheck_group(group: str, jobs: int) -> dict:
+    """Run the group's current tests against the mutants its last full run left alive (see --recheck)."""
+    cwd, last_path = WORK / group, WORK / f"{group}.json"
+    if not last_path.is_file():
+        raise SystemExit(f"{group}: no earlier run in {WORK}; run the group in full first")
+    last = json.loads(last_path.read_text())
+    files, tests = GROUPS[group]
+    for src in sorted({p for pattern in files for p in ROOT.glob(pattern)}):
+        rel = src.relative_to(ROOT)
+        if not (cwd / rel).is_file() or src.read_bytes() != (cwd / rel).read_bytes():
+            raise SystemExit(f"{group}: {rel} changed since the last full run; run the group in full")
+    shutil.copytree(ROOT / "tests", cwd / "mutants" / "tests", dirs_exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(cwd / "mutants")}
+    tests = sorted(tests, key=lambda t: -(ROOT / t).stat().st_mtime)   # newest first: likeliest to kill
+    start = time.perf_counter()
+
+    def run(name: str) -> int:
+        try:
+            return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                                  cwd=cwd / "mutants", env={**env, "MUTANT_UNDER_TEST": name},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300).returncode
+        except subprocess.TimeoutExpired:
+            return -1                      # a timeout counts as killed, as in mutmut
+    if run("") != 0:
+        raise SystemExit(f"{group}: the tests fail on the unmutated code in {cwd / 'mutants'}")
+    names = [line.rsplit(":", 1)[0] for line in last["not_killed"]]
+    with ThreadPoolExecutor(jobs) as pool:
+        codes = dict(zip(names, pool.map(run, names)))
+    newly = [n for n, code in codes.items() if code in (1, -1)]
+    errors = [n for n, code in codes.items() if code not in (0, 1, -1)]
+    if errors:
+        raise SystemExit(f"{group}: pytest could not run for {errors[0]} (exit {codes[errors[0]]})")
+    killed = last["killed"] + last.get("timeout", 0) + len(newly)
+    tested = last["total"] - last.get("skipped", 0)
+    return {**last, "killed": killed, "timeout": 0, "survived": tested - killed, "no_tests": 0,
+            "score": killed / tested if tested else None, "wall_s": time.perf_counter() - start,
+            "rechecked": len(names), "newly_killed": len(newly),
+            "not_killed": [f"{n}: survived" for n in names if n not in newly]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("groups", nargs="*", metavar="GROUP",
                         help=f"groups to run (default all): {', '.join(GROUPS)}")
     parser.add_argument("--jobs", type=int, default=2, help="mutmut worker processes per group")
+    parser.add_argument("--recheck", action="store_true",
+                        help="only re-test the last full run's survivors with the current tests")
     args = parser.parse_args()
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
         parser.error(f"unknown group {unknown[0]!r}; known: {', '.join(GROUPS)}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    print(f"mutation testing at commit {commit} (plus uncommitted edits), mutmut workers {args.jobs}")
+    print(f"mutation testing at commit {commit} (plus uncommitted edits), mutmut workers {args.jobs}"
+          + (" (recheck of the last run's survivors)" if args.recheck else ""))
     for group in args.groups or list(GROUPS):
-        r = run_group(group, args.jobs)
+        r = ({**recheck_group(group, args.jobs), "tests_commit": commit} if args.recheck
+             else {**run_group(group, args.jobs), "commit": commit})
         score = "n/a" if r["score"] is None else f"{100 * r['score']:.1f}%"
         print(f"\n{group}: {r['total']} mutants, killed {r['killed']} + timeout {r.get('timeout', 0)}, "
               f"survived {r['survived']}, no tests {r.get('no_tests', 0)}, skipped {r.get('skipped', 0)}, "

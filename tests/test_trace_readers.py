@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from kvsim.trace import TraceError
+from kvsim import trace_jsonl
+from kvsim.trace import Trace, TraceError
 from kvsim.trace_formats import detect_format, load_trace, read_trace
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -180,3 +181,47 @@ def test_mooncake_without_requests(tmp_path):
         read_trace(path, "mooncake")
     np.testing.assert_array_equal(load_trace(write(tmp_path, "one.jsonl", '{"timestamp": 7, "input_length": 1, '
                                                    '"output_length": 1}\n')).arrival_s, [0.0])
+
+
+def test_jsonl_written_exactly_over_several_chunks(tmp_path, monkeypatch):
+    """Optional fields appear only where they differ from their default, in a fixed order, and chunks of
+    lines (2 here) carry on where the last one stopped; the file reads back the same, chunk by chunk."""
+    monkeypatch.setattr(trace_jsonl, "_CHUNK_LINES", 2)
+    t = Trace.from_arrays([0.0, 0.5, 1.0, 1.0, 2.25], [4, 600, 8, 1100, 5], [2, 3, 1, 6, 4],
+                          n=[2, 1, 1, 2, 3], beam_width=[1, 2, 1, 1, 1], ids=["a", "b", "c", "d", "e"],
+                          prefix_group=["g", None, "g", None, None], prefix_tokens=[4, 0, 8, 0, 0],
+                          block_hashes=[[], [], [], [7, 9, 11], []], hash_block_size=512,
+                          output_tokens_per_sample=[None, None, None, None, [4, 1, 2]])
+    trace_jsonl.write_jsonl(t, tmp_path / "t.jsonl")
+    assert (tmp_path / "t.jsonl").read_text().splitlines() == [
+        '{"id": "a", "arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 2, "n": 2, "prefix_group": "g", '
+        '"prefix_tokens": 4}',
+        '{"id": "b", "arrival_s": 0.5, "prompt_tokens": 600, "output_tokens": 3, "beam_width": 2}',
+        '{"id": "c", "arrival_s": 1.0, "prompt_tokens": 8, "output_tokens": 1, "prefix_group": "g", '
+        '"prefix_tokens": 8}',
+        '{"id": "d", "arrival_s": 1.0, "prompt_tokens": 1100, "output_tokens": 6, "n": 2, '
+        '"block_hashes": [7, 9, 11]}',
+        '{"id": "e", "arrival_s": 2.25, "prompt_tokens": 5, "output_tokens": 4, "n": 3, '
+        '"output_tokens_per_sample": [4, 1, 2]}']
+    back = trace_jsonl.read_jsonl(tmp_path / "t.jsonl")
+    assert back.ids == ["a", "b", "c", "d", "e"] and back.n.tolist() == [2, 1, 1, 2, 3]
+    assert back.beam_width.tolist() == [1, 2, 1, 1, 1] and back.prefix_tokens.tolist() == [4, 0, 8, 0, 0]
+    assert back.block_hashes(3).tolist() == [7, 9, 11] and back.sample_lengths(4) == [4, 1, 2]
+    assert back.hash_block_size == 512        # 3 hashes for 1100 tokens: Mooncake's 512-token blocks
+
+
+@pytest.mark.parametrize("requests, block_size", [
+    ([(1100, 3)], 512),                  # ceil(1100 / 512) hashes
+    ([(1100, 2)], 512),                  # floor(1100 / 512) hashes
+    ([(1024, 2)], 512),                  # exactly two blocks: long enough to tell
+    ([(1100, 3), (2000, 0)], 512),       # a request without hashes says nothing
+    ([(600, 2)], None),                  # no prompt of 1024 tokens or more: cannot tell
+    ([(1023, 2)], None),
+    ([(1100, 3), (2048, 1)], None),      # 1 hash for 2048 tokens: not 512-token blocks
+    ([(1100, 4)], None),                 # more than ceil(1100 / 512)
+])
+def test_mooncake_block_size_is_inferred_only_when_every_count_fits(tmp_path, requests, block_size):
+    lines = [f'{{"arrival_s": 0, "prompt_tokens": {p}, "output_tokens": 1'
+             + (f', "block_hashes": {list(range(h))}' if h else "") + "}\n" for p, h in requests]
+    path = write(tmp_path, "h.jsonl", "".join(lines))
+    assert trace_jsonl.read_jsonl(path).hash_block_size == block_size
