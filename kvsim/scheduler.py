@@ -4,7 +4,8 @@
 slots for every running sequence (preempting the most recently admitted request when a block is
 missing), swap-ins, then FCFS admission of waiting requests; every allocator call it makes is written
 into the returned `StepPlan`. `Scheduler.finish(plan, now)` emits the step's tokens and retires
-finished requests. `kvsim.step` drives the two for the engine and the harness. Only the scheduler
+finished requests. `kvsim.step` drives the two for the engine and the harness. Preemption and
+swap-in are in kvsim/preemption.py, lazy decode steps in kvsim/lazy_decode.py. Only the scheduler
 calls the allocator; everyone else asks the scheduler. Units: tokens (KV slots) and seconds.
 
 A request with prompt P and M outputs takes one prefill (which emits its first token) and M - 1
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 from kvsim.alloc.base import MemoryStats
 from kvsim.lazy_decode import LazyDecodes
+from kvsim.preemption import Preemption
 from kvsim.request_state import SchedulerBase
 from kvsim.step import LIMITS, StepPlan
 
 _KV, _SEQS, _BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seqs", "token_budget"))
 
 
-class Scheduler(LazyDecodes, SchedulerBase):
+class Scheduler(LazyDecodes, Preemption, SchedulerBase):
     """FCFS continuous batching of a trace's requests over one allocator (decode steps of one-sequence
     requests lazily where the allocator can: kvsim/lazy_decode.py)."""
 
@@ -253,64 +255,3 @@ class Scheduler(LazyDecodes, SchedulerBase):
                 return False
             self.alloc.append(s, tokens)
         return True
-
-    def _preempt(self, i: int, plan: StepPlan) -> None:
-        """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
-        self._leave(i)
-        self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
-        self.running_seqs -= self.n[i]
-        for s in self.seq_ids(i):
-            self.alloc.free(s)
-        self.preemptions[i] += 1
-        self.num_preemptions += 1
-        plan.preempted.append(i)
-        plan.freed.extend(self.seq_ids(i))
-        tokens = self.kv_len[i] * self.n[i]
-        swap = self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1)
-        if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
-            self.swap_used += tokens
-            plan.swap_tokens += tokens
-            plan.swapped_out.append(i)
-            self.swapped.append(i)
-            self.num_swap_outs += 1
-            self.swapped_tokens += tokens
-        else:
-            if swap and not self.prefill_left[i]:
-                self.swap_fallbacks += 1
-                plan.swap_fallbacks += 1
-            computed = self.kv_len[i] - self.prefill_left[i]   # the prompt once, each sample's outputs
-            dropped = computed + (self.n[i] - 1) * max(0, computed - self.prompt[i])
-            self.recomputed_tokens += dropped
-            plan.recomputed_tokens += dropped
-            self.prefill_left[i] = 0
-            self.waiting.appendleft(i)
-
-    def _swap_in(self, plan: StepPlan) -> None:
-        """Bring swapped requests back FCFS while memory allows; they decode in this same step
-        (each sample is restored unshared)."""
-        while self.swapped:
-            i = self.swapped[0]
-            kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self.seq_ids(i)
-            restored = []
-            for s in seqs:                  # each sample separately: blocks or extents do not pool
-                if not self.alloc.can_allocate(kv + 1, final, (), s):
-                    break
-                self.alloc.allocate(s, kv + 1, final)
-                restored.append(s)
-            if len(restored) < len(seqs):
-                for s in restored:
-                    self.alloc.free(s)
-                break
-            self.swapped.popleft()
-            plan.allocated.extend((s, 0) for s in seqs)
-            plan.swapped_in.append(i)
-            self.swap_used -= kv * len(seqs)
-            plan.swap_tokens += kv * len(seqs)
-            self.num_swap_ins += 1
-            self.swapped_tokens += kv * len(seqs)
-            self.kv_len[i] = kv + 1
-            self.running.append(i)
-            self.running_seqs += self.n[i]
-            plan.decodes.append(i)
-            plan.decode_seqs += len(seqs)
-            plan.decode_context_tokens += (kv + 1) * len(seqs)

@@ -96,8 +96,9 @@ class PagedStats:
             tokens, reach = self._sum_tokens - self._excess, self._sum_reach - self._excess
         else:
             tokens, reach = self._shared_sums(used)
-        return MemoryStats(self.capacity_tokens, tokens, reach - tokens, used * bs - reach, 0, num_free * bs,
-                           used, num_free, self._sum_blocks, num_cached)   # (field order of MemoryStats)
+        return tuple.__new__(MemoryStats, (self.capacity_tokens, tokens, reach - tokens, used * bs - reach, 0,
+                                           num_free * bs, used, num_free, self._sum_blocks, num_cached))
+        # (field order of MemoryStats; made directly, skipping the named tuple's slow `__new__`)
 
     def _shared_sums(self, used: int) -> tuple[int, int]:
         """(written slots, reached slots) over distinct used blocks. Only last blocks are partly

@@ -191,7 +191,7 @@ class PagedTicks:
         bs, due, nb, cap, ticking = self.block_size, self._due, self.num_blocks, self.capacity_tokens, self._ticking
         top, free_list, ref, excess = self._top, self._free, self._ref, self._excess
         sum_tokens, sum_reach, sum_blocks = self._sum_tokens, self._sum_reach, self._sum_blocks
-        snapshots, start = [], self._clock
+        snapshots, start, make = [], self._clock, tuple.__new__     # (a named tuple made directly)
         for clock in range(start, start + steps):
             crossing = due.pop(clock, None)
             if crossing:
@@ -220,8 +220,8 @@ class PagedTicks:
             num_free = nb - top + len(free_list)
             used = nb - num_free
             tokens, reach = sum_tokens - excess, sum_reach - excess
-            snapshots.append(MemoryStats(cap, tokens, reach - tokens, used * bs - reach, 0, num_free * bs,
-                                         used, num_free, sum_blocks, 0))      # (as `stats()`)
+            snapshots.append(make(MemoryStats, (cap, tokens, reach - tokens, used * bs - reach, 0,
+                                                num_free * bs, used, num_free, sum_blocks, 0)))  # (as `stats()`)
         self._top, self._clock = top, start + steps
         self._sum_tokens, self._sum_reach, self._sum_blocks = sum_tokens, sum_reach, sum_blocks
         return snapshots
