@@ -32,9 +32,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "mutants-work"
+QUICK_EXAMPLES = 25
 
 #: group -> (files to mutate, tests that exercise them). The tests are the fast, focused ones; the long
-#: property runs (fast-forward equivalence, 250-example allocator state machines) are left out.
+#: property runs (fast-forward equivalence) are left out, and the allocator state machines run
+#: QUICK_EXAMPLES derandomized examples (KVSIM_QUICK_EXAMPLES) instead of 250.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "metrics": (["kvsim/metrics.py"],
                 ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py",
@@ -45,7 +47,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py"]),
     "alloc": (["kvsim/alloc/*"],
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
-               "tests/test_metrics_golden.py", "tests/test_engine.py"]),
+               "tests/test_alloc_stateful.py", "tests/test_metrics_golden.py", "tests/test_engine.py"]),
     "cost": (["kvsim/cost.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py",
                                  "tests/test_cost_profiles.py"]),
     "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
@@ -89,7 +91,8 @@ def run_group(group: str, jobs: int) -> dict:
     cwd = _prepare(group)
     mutmut = [sys.executable, "-m", "mutmut"]
     start = time.perf_counter()
-    subprocess.run(mutmut + ["run", "--max-children", str(jobs)], cwd=cwd, stdout=subprocess.DEVNULL)
+    subprocess.run(mutmut + ["run", "--max-children", str(jobs)], cwd=cwd, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "KVSIM_QUICK_EXAMPLES": str(QUICK_EXAMPLES)})
     subprocess.run(mutmut + ["export-cicd-stats"], cwd=cwd, stdout=subprocess.DEVNULL)
     stats = json.loads((cwd / "mutants" / "mutmut-cicd-stats.json").read_text())
     listing = subprocess.run(mutmut + ["results"], cwd=cwd, capture_output=True, text=True).stdout
@@ -112,7 +115,7 @@ def recheck_group(group: str, jobs: int) -> dict:
         if not (cwd / rel).is_file() or src.read_bytes() != (cwd / rel).read_bytes():
             raise SystemExit(f"{group}: {rel} changed since the last full run; run the group in full")
     shutil.copytree(ROOT / "tests", cwd / "mutants" / "tests", dirs_exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(cwd / "mutants")}
+    env = {**os.environ, "PYTHONPATH": str(cwd / "mutants"), "KVSIM_QUICK_EXAMPLES": str(QUICK_EXAMPLES)}
     tests = sorted(tests, key=lambda t: -(ROOT / t).stat().st_mtime)   # newest first: likeliest to kill
     start = time.perf_counter()
 

@@ -2,6 +2,8 @@
 allocator, with `check_invariants()` after every step and a leak check at teardown. A plain dict of
 sequence lengths is the model the allocator must agree with."""
 
+import os
+
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -180,9 +182,13 @@ class ContiguousMachine(AllocatorMachine):
                 raise AssertionError("allocate succeeded although can_allocate said no")
 
 
-#: 250 examples by default; 5,000 under `pytest --long` (make test-long), whose profile sets the default.
-EXAMPLES = max(250, settings.default.max_examples)
+#: 250 examples by default; 5,000 under `pytest --long` (make test-long), whose profile sets the default;
+#: KVSIM_QUICK_EXAMPLES (set by bench/mutate.py for mutation testing) runs that many, derandomized.
+QUICK = int(os.environ.get("KVSIM_QUICK_EXAMPLES", "0"))
+EXAMPLES = QUICK or max(250, settings.default.max_examples)
 TestPaged = PagedMachine.TestCase
-TestPaged.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None)
+TestPaged.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
+                              derandomize=bool(QUICK))
 TestContiguous = ContiguousMachine.TestCase
-TestContiguous.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None)
+TestContiguous.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
+                                   derandomize=bool(QUICK))
