@@ -219,9 +219,14 @@ class CostModel:
         tiled = -(-tokens // GEMM_TILE_TOKENS) * GEMM_TILE_TOKENS
         gemm_compute = tiled * self._lin_s_per_token
         gemm_memory = self._weights_s + tokens * self._act_s_per_token
-        compute = (gemm_compute if gemm_compute > gemm_memory else 0.0) + self.prefill_attention_time(prefill_attn_tokens)
+        # (the helpers inlined: the simulator asks this every step)
+        prefill = (self._prefill_fixed_s + prefill_attn_tokens * self._prefill_s_per_pair
+                   if prefill_attn_tokens > 0 else 0.0)
+        decode = (self._decode_fixed_s + decode_seqs * self._decode_s_per_seq
+                  + decode_context_tokens * self._decode_s_per_token) if decode_seqs > 0 else 0.0
+        compute = (gemm_compute if gemm_compute > gemm_memory else 0.0) + prefill
         memory = ((gemm_memory if gemm_compute <= gemm_memory else 0.0)
-                  + self.decode_attention_time(decode_seqs, decode_context_tokens) + self.store_kv_time(tokens))
+                  + decode + (self._store_fixed_s + tokens * self._store_s_per_token))
         return compute > memory
 
     def swap_time(self, num_tokens: int) -> float:

@@ -61,7 +61,8 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
     start = time.perf_counter()
     profile = parts.profile
     engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
-                    fast_forward=fast_forward, cpu_seconds=profile.cpu_seconds)
+                    fast_forward=fast_forward,   # (a profile without CPU time adds 0.0: skipped)
+                    cpu_seconds=profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None)
     engine.run()
     wall = time.perf_counter() - start
     columns = {"id": _ids(trace), "arrival_s": np.asarray(trace.arrival_s),
