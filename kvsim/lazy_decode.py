@@ -26,8 +26,9 @@ class LazyDecodes:
 
     def _lazy_init(self) -> None:
         alloc = self.alloc
-        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1
-                      and not self.cfg.chunked_prefill and not self.sample_ends)
+        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1 and not self.block_ids
+                      and not self.cfg.chunked_prefill and not self.sample_ends
+                      and type(self).finish is LazyDecodes.finish)   # (not static batching)
         self._kv_clock = self._gen_clock = 0
         self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
         self._keys: dict[int, int] = {}       # member request -> its join key
@@ -117,13 +118,10 @@ class LazyDecodes:
             self._ticked = False
             self._gen_clock = clock = self._gen_clock + 1
             ends, keys = self._ends, self._keys
-            while ends and ends[0][0] <= clock:
+            while ends and ends[0][0] <= clock:    # (equal ends pop in join order: batch order)
                 _, key, i = heapq.heappop(ends)
                 if keys.get(i) == key:         # (else stale: it left the members since)
-                    ending.append((key, i))
-            if len(ending) > 1:
-                ending.sort()
-            ending = [i for _, i in ending]
+                    ending.append(i)
             for i in ending:
                 self._leave(i)
         new_ends = [i for i in fresh if generated[i] + 1 == output[i]]
@@ -136,6 +134,36 @@ class LazyDecodes:
         for i in fresh:
             if generated[i] < output[i]:
                 self._join(i)
+
+    def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
+        """`_admit` for one-sequence requests with whole prompts and no prefix cache (the same checks
+        and bookkeeping, `_prefill_chunk` included); `*_limit`: the `limited_by` codes."""
+        alloc, waiting, max_seqs = self.alloc, self.waiting, self.cfg.max_num_seqs
+        prompt, generated, output, admitted_s = self.prompt, self.generated, self.output, self.admitted_s
+        while waiting and budget > 0:
+            i = waiting[0]
+            need = prompt[i] + generated[i]            # recompute re-prefills its outputs
+            final = prompt[i] + output[i] - 1
+            if self.running_seqs + 1 > max_seqs:
+                plan.limited_by = seqs_limit
+                break
+            if not alloc.can_allocate(need, final, (), i) or not self._batch_fits(i):
+                plan.limited_by = memory_limit
+                break
+            if need > budget and (plan.prefills or plan.decodes):
+                break       # (a lone prefill may exceed the budget: a recomputed request can)
+            plan.allocated.append((i, alloc.allocate(i, need, final, (), need)))
+            waiting.popleft()
+            self.kv_len[i], self.prefill_left[i] = need, 0
+            if admitted_s[i] != admitted_s[i]:        # NaN: first admission
+                admitted_s[i] = now
+                self.admitted_prompt_tokens += prompt[i]
+            self.running.append(i)
+            self.running_seqs += 1
+            plan.prefills.append((i, need))
+            plan.prefill_tokens += need
+            plan.prefill_attn_tokens += need * need
+            budget -= need
 
     # -- many steps at once ----------------------------------------------------------------------
     def _steady_lazy(self) -> tuple[list[int], int, int] | None:

@@ -193,6 +193,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         single-sequence request takes only its first chunk's blocks now."""
         alloc, cfg = self.alloc, self.cfg
         plan.limited_by = _BUDGET           # what stops admission while requests wait
+        if self._lazy:
+            return self._admit_lazy(plan, budget, now, _SEQS, _KV)
         while self.waiting and budget > 0:
             i = self.waiting[0]
             need = self.prompt[i] + self.generated[i]          # recompute re-prefills its outputs
