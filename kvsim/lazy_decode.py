@@ -104,14 +104,7 @@ class LazyDecodes:
         """`finish` with members: the step's new decoders (finished prefills, swap-ins) emit one by
         one, the members through `_gen_clock`; those that go on decoding become members."""
         generated, output = self.generated, self.output
-        fresh = []
-        if plan.prefills:
-            prefill_left, first_token_s = self.prefill_left, self.first_token_s
-            for i, _ in plan.prefills:
-                if prefill_left[i] == 0:
-                    fresh.append(i)
-                    if first_token_s[i] != first_token_s[i]:
-                        first_token_s[i] = now
+        fresh = self._prefills_done(plan, now) if plan.prefills else []
         fresh.extend(plan.swapped_in)
         ending = []
         if self._ticked:

@@ -173,14 +173,20 @@ class SchedulerBase:
             if not e:
                 del ends[i]
 
-    def _emit(self, plan: StepPlan, now: float) -> list[int]:
-        """Count the step's tokens (first tokens stamped at `now`); returns requests now complete."""
+    def _prefills_done(self, plan: StepPlan, now: float) -> list[int]:
+        """The step's requests that finished their prefill, in batch order; the first token of each is
+        stamped at `now` (unless a recompute already emitted it)."""
         done, prefill_left, first_token_s = [], self.prefill_left, self.first_token_s
         for i, _ in plan.prefills:
             if prefill_left[i] == 0:
                 done.append(i)
-                if first_token_s[i] != first_token_s[i]:
+                if first_token_s[i] != first_token_s[i]:   # NaN: no first token yet
                     first_token_s[i] = now
+        return done
+
+    def _emit(self, plan: StepPlan, now: float) -> list[int]:
+        """Count the step's tokens (first tokens stamped at `now`); returns requests now complete."""
+        done = self._prefills_done(plan, now) if plan.prefills else []
         done.extend(plan.decodes)
         retire, generated, output = [], self.generated, self.output
         for i in done:
