@@ -15,9 +15,10 @@ from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
 from kvsim.cost import ConstantCost
 from kvsim.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.step import Stepper
 from kvsim.trace import Trace
 from kvsim.trace_formats import load_trace
+
+from engine_loop import engine_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
@@ -86,22 +87,12 @@ def test_windows_equal_single_steps_on_a_shipped_trace(config, profile):
 def test_windows_carry_most_steps_of_a_steady_decode_workload():
     trace = load_trace(ROOT / "traces" / "sharegpt_2rps_10min.jsonl").head(400)
     parts = build_run(trace, SimConfig(DEP, CacheConfig(kv_gib=12), SchedulerConfig()))
-    sched, stepper = parts.scheduler, Stepper(parts.scheduler, parts.cost, trace.arrival_s.tolist())
-    now, nxt, single, windowed = 0.0, 0, 0, 0
-    while True:         # the engine's loop without SimPy: arrivals are added before each step
-        while nxt < len(trace) and trace.arrival_s[nxt] <= now:
-            sched.add(nxt, now)
-            nxt += 1
-        plan = stepper.step(now)
-        if plan is None:
-            if nxt == len(trace):
-                break
-            now = float(trace.arrival_s[nxt])
-            continue
-        now, single = plan.end_s, single + 1
-        window = stepper.window(plan, now, nxt)
-        if window is not None:
-            now, windowed = window.end_s, windowed + window.num_steps
+    sched, single, windowed = parts.scheduler, 0, 0
+    for kind, plan in engine_steps(trace, parts):
+        if kind == "step":
+            single += 1
+        else:
+            windowed += plan.num_steps
     assert sched.num_finished == 400
     assert windowed > 0.5 * (single + windowed)
     parts.allocator.check_invariants()

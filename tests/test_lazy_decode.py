@@ -10,8 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.step import Stepper
 from kvsim.trace import Trace
+
+from engine_loop import engine_steps
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 
@@ -19,27 +20,10 @@ DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 def _run(trace, cfg, lazy: bool):
     """Yield (plan, scheduler, allocator) after each step or window of the engine's loop."""
     parts = build_run(trace, cfg)
-    sched = parts.scheduler
     if not lazy:
-        sched._lazy = False
-    stepper = Stepper(sched, parts.cost, trace.arrival_s.tolist())
-    now, nxt = 0.0, 0
-    while True:
-        while nxt < len(trace) and trace.arrival_s[nxt] <= now:
-            sched.add(nxt, now)
-            nxt += 1
-        plan = stepper.step(now)
-        if plan is None:
-            if nxt == len(trace):
-                return
-            now = float(trace.arrival_s[nxt])
-            continue
-        now = plan.end_s
-        yield plan, sched, parts.allocator
-        window = stepper.window(plan, now, nxt)
-        if window is not None:
-            now = window.end_s
-            yield window, sched, parts.allocator
+        parts.scheduler._lazy = False
+    for _, plan in engine_steps(trace, parts):
+        yield plan, parts.scheduler, parts.allocator
 
 
 def _state(sched, alloc):

@@ -1,0 +1,28 @@
+"""The engine's loop without SimPy, for tests that look at every step: arrivals are added before each
+step, idle time jumps to the next arrival, and a fast-forward window follows a step when one applies."""
+
+from kvsim.step import Stepper
+
+
+def engine_steps(trace, parts):
+    """Yield ("step", plan) after each step and ("window", window) after each window until the trace's
+    requests are all done; `parts` is `kvsim.config.build_run(trace, cfg)`."""
+    sched = parts.scheduler
+    stepper = Stepper(sched, parts.cost, trace.arrival_s.tolist())
+    now, nxt = 0.0, 0
+    while True:
+        while nxt < len(trace) and trace.arrival_s[nxt] <= now:
+            sched.add(nxt, now)
+            nxt += 1
+        plan = stepper.step(now)
+        if plan is None:
+            if nxt == len(trace):
+                return
+            now = float(trace.arrival_s[nxt])
+            continue
+        now = plan.end_s
+        yield "step", plan
+        window = stepper.window(plan, now, nxt)
+        if window is not None:
+            now = window.end_s
+            yield "window", window
