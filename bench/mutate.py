@@ -41,7 +41,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "metrics": (["kvsim/metrics.py"],
                 ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py",
                  "tests/test_step_log_by_hand.py"]),
-    "scheduler": (["kvsim/scheduler.py"],
+    "scheduler": (["kvsim/scheduler.py", "kvsim/preemption.py"],
                   ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step.py",
                    "tests/test_reference_engine.py", "tests/test_multi_seq_preemption.py",
                    "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py"]),

@@ -305,3 +305,12 @@ def test_compute_bound_ties_count_as_memory_bound(ideal):
     assert c.compute_bound(1024, 2**22, 0, 0) is False
     assert c.compute_bound(1024, 5 * 2**21, 0, 0) is False
     assert c.compute_bound(1024, 5 * 2**21 + 1, 0, 0) is True
+
+
+def test_step_time_rounds_gemm_tokens_to_tiles_and_counts_a_single_decode(ideal, monkeypatch):
+    """One decoding sequence over 400 tokens: 1 ms + 2 ms of weights + 204.8 us of KV read + 0.512 us
+    of KV write. 900 prefill tokens with 128-token tiles compute as 1024: 2.048 ms (> 2 ms of weights),
+    plus 1 ms and 900 x 0.512 us = 460.8 us of KV write."""
+    assert tiny_cost().step_time(0, 0, 1, 400) == pytest.approx(3.205312e-3, rel=1e-12)
+    monkeypatch.setattr(cost, "GEMM_TILE_TOKENS", 128)
+    assert tiny_cost().step_time(900, 0, 0, 0) == pytest.approx(3.5088e-3, rel=1e-12)
