@@ -128,7 +128,8 @@ def recheck_group(group: str, jobs: int) -> dict:
             return -1                      # a timeout counts as killed, as in mutmut
     if run("") != 0:
         raise SystemExit(f"{group}: the tests fail on the unmutated code in {cwd / 'mutants'}")
-    names = [line.rsplit(":", 1)[0] for line in last["not_killed"]]
+    timeouts = [line for line in last["not_killed"] if line.endswith(": timeout")]   # counted as killed
+    names = [line.rsplit(":", 1)[0] for line in last["not_killed"] if line not in timeouts]
     with ThreadPoolExecutor(jobs) as pool:
         codes = dict(zip(names, pool.map(run, names)))
     newly = [n for n, code in codes.items() if code in (1, -1)]
@@ -140,7 +141,7 @@ def recheck_group(group: str, jobs: int) -> dict:
     return {**last, "killed": killed, "timeout": 0, "survived": tested - killed, "no_tests": 0,
             "score": killed / tested if tested else None, "wall_s": time.perf_counter() - start,
             "rechecked": len(names), "newly_killed": len(newly),
-            "not_killed": [f"{n}: survived" for n in names if n not in newly]}
+            "not_killed": [f"{n}: survived" for n in names if n not in newly] + timeouts}
 
 
 def main() -> None:
