@@ -52,7 +52,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                                  "tests/test_cost_profiles.py"]),
     "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
                                    "tests/test_specs_validation.py", "tests/test_specs_bounds.py"]),
-    "trace": (["kvsim/trace_formats.py", "kvsim/trace_jsonl.py"],        # the readers, not kvsim/trace.py
+    "trace": (["kvsim/trace_formats.py", "kvsim/trace_jsonl.py", "kvsim/trace_jsonl_record.py",
+               "kvsim/trace_text.py"],        # the readers, not kvsim/trace.py
               ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_trace_readers.py",
                "tests/test_bad_input.py", "tests/test_cli_trace.py"]),
 }
