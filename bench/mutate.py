@@ -44,7 +44,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "scheduler": (["kvsim/scheduler.py", "kvsim/preemption.py"],
                   ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step.py",
                    "tests/test_reference_engine.py", "tests/test_multi_seq_preemption.py",
-                   "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py"]),
+                   "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py",
+                   # vLLM's own step-by-step records (stored; the live rerun is off, see _ENV) and the
+                   # lazy path against the per-sequence one: preemption, swap and chunked prefill
+                   "tests/test_vllm_oracle.py", "tests/test_lazy_decode.py"]),
     "alloc": (["kvsim/alloc/*"],
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
                "tests/test_alloc_stateful.py", "tests/test_metrics_golden.py", "tests/test_engine.py",
@@ -59,6 +62,11 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
               ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_trace_readers.py",
                "tests/test_bad_input.py", "tests/test_cli_trace.py"]),
 }
+
+
+#: Environment of the test runs: short state machines, and no live vLLM rerun (18 s a mutant; the
+#: stored oracle records are still compared).
+_ENV = {"KVSIM_QUICK_EXAMPLES": str(QUICK_EXAMPLES), "ORACLE_VENV": "/nonexistent"}
 
 
 def _config(files: list[str], tests: list[str]) -> str:
@@ -95,7 +103,7 @@ def run_group(group: str, jobs: int) -> dict:
     mutmut = [sys.executable, "-m", "mutmut"]
     start = time.perf_counter()
     subprocess.run(mutmut + ["run", "--max-children", str(jobs)], cwd=cwd, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "KVSIM_QUICK_EXAMPLES": str(QUICK_EXAMPLES)})
+                   env={**os.environ, **_ENV})
     subprocess.run(mutmut + ["export-cicd-stats"], cwd=cwd, stdout=subprocess.DEVNULL)
     stats = json.loads((cwd / "mutants" / "mutmut-cicd-stats.json").read_text())
     listing = subprocess.run(mutmut + ["results"], cwd=cwd, capture_output=True, text=True).stdout
@@ -118,7 +126,7 @@ def recheck_group(group: str, jobs: int) -> dict:
         if not (cwd / rel).is_file() or src.read_bytes() != (cwd / rel).read_bytes():
             raise SystemExit(f"{group}: {rel} changed since the last full run; run the group in full")
     shutil.copytree(ROOT / "tests", cwd / "mutants" / "tests", dirs_exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(cwd / "mutants"), "KVSIM_QUICK_EXAMPLES": str(QUICK_EXAMPLES)}
+    env = {**os.environ, "PYTHONPATH": str(cwd / "mutants"), **_ENV}
     tests = sorted(tests, key=lambda t: -(ROOT / t).stat().st_mtime)   # newest first: likeliest to kill
     start = time.perf_counter()
 
