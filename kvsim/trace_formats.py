@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from kvsim.trace import Trace
-from kvsim.trace_text import DuplicateKeyError, TraceError, check_trace_file, text_lines, unique_keys
+from kvsim.trace_text import (DuplicateKeyError, TraceError, check_trace_file, json_objects, text_lines,
+                              unique_keys)
 from kvsim.trace_jsonl import read_jsonl
 from kvsim.tracegen import poisson_arrivals
 
@@ -181,19 +182,9 @@ def _finish(path: Path, fmt: str, seconds: np.ndarray, prompt: pd.Series, output
 def _read_mooncake(path: Path) -> tuple[Trace, ConversionReport]:
     """Mooncake JSONL; line numbers are 1-based and count every line (no header)."""
     stamps, prompt, output, hashes = [], [], [], []
-    for lineno, line in text_lines(path):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
+    for _, where, rec in json_objects(path):
         try:
-            rec = json.loads(line.rstrip("\r\n"), object_pairs_hook=unique_keys)
-            if not isinstance(rec, dict):
-                raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
             row = [rec[k] for k in ("timestamp", "input_length", "output_length")]
-        except DuplicateKeyError as e:
-            raise TraceError(f"{where}: field {e.key!r} appears twice in one request") from None
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
         except KeyError as e:
             raise TraceError(f"{where}: missing required field {e.args[0]!r}") from None
         for key, v in zip(("timestamp", "input_length", "output_length"), row):

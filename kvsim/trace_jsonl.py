@@ -26,7 +26,7 @@ import numpy as np
 from kvsim.files import atomic_write
 from kvsim.trace import Trace
 from kvsim.trace_jsonl_record import KNOWN, MAX_TOKENS, OPTIONAL, REQUIRED, check_record
-from kvsim.trace_text import DuplicateKeyError, TraceError, text_lines, unique_keys
+from kvsim.trace_text import TraceError, json_objects, unique_keys
 
 _CHUNK_LINES = 65536
 
@@ -207,18 +207,7 @@ def _read_by_line(path: Path, hbs: int | None) -> Trace:
     cols: dict[str, list] = {k: [] for k in REQUIRED + OPTIONAL}
     seen_ids: dict[str, int] = {}
     last_arrival, last_line = 0.0, 0
-    for lineno, line in text_lines(path):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            rec = json.loads(line.rstrip("\r\n"), object_pairs_hook=unique_keys)
-        except DuplicateKeyError as e:
-            raise TraceError(f"{where}: field {e.key!r} appears twice in one request") from None
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(rec, dict):
-            raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    for lineno, where, rec in json_objects(path):
         row = check_record(rec, where, hbs)
         if row["arrival_s"] < last_arrival:
             raise TraceError(f"{where}: field 'arrival_s' must be non-decreasing, got "

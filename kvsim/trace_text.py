@@ -5,6 +5,7 @@ compressed, UTF-8) and JSON objects without repeated keys. The format readers (`
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Iterator
@@ -72,3 +73,21 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise TraceError(f"{path}:{lineno}: a NUL byte at column {line.index(chr(0)) + 1}; "
                                  "this is a binary file, not a text trace")
             yield lineno, line
+
+
+def json_objects(path: Path) -> Iterator[tuple[int, str, dict]]:
+    """(line number, "path:line", object) for every non-blank line of JSON-lines file `path`; TraceError
+    naming the line for malformed JSON, a key given twice, or a value that is not an object."""
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            rec = json.loads(line.rstrip("\r\n"), object_pairs_hook=unique_keys)
+        except DuplicateKeyError as e:
+            raise TraceError(f"{where}: field {e.key!r} appears twice in one request") from None
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(rec, dict):
+            raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        yield lineno, where, rec
