@@ -314,3 +314,19 @@ def test_step_time_rounds_gemm_tokens_to_tiles_and_counts_a_single_decode(ideal,
     assert tiny_cost().step_time(0, 0, 1, 400) == pytest.approx(3.205312e-3, rel=1e-12)
     monkeypatch.setattr(cost, "GEMM_TILE_TOKENS", 128)
     assert tiny_cost().step_time(900, 0, 0, 0) == pytest.approx(3.5088e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("fixed, step, expected", [
+    # 2 layers x 2 ms of fixed prefill-attention time, counted only when a step attends to >= 1 pair:
+    ({"PREFILL_ATTN_FIXED_S": 2e-3}, (999, 0, 0, 0), False),  # GEMMs 1.998 < 2 ms weights + 0.511488 ms
+    ({"PREFILL_ATTN_FIXED_S": 2e-3}, (1, 1, 0, 0), True),     # 4 ms + 0.256 ns > 2 ms + 0.512 us
+    # decode attention: 2 layers x (2 ms fixed + 1 ms per sequence), only when a step decodes:
+    ({"DECODE_ATTN_FIXED_S": 2e-3, "DECODE_ATTN_PER_SEQ_S": 1e-3}, (1500, 0, 0, 0), True),   # 3 > 0.768 ms
+    ({"DECODE_ATTN_FIXED_S": 2e-3, "DECODE_ATTN_PER_SEQ_S": 1e-3}, (1500, 0, 1, 0), False),
+])
+def test_compute_bound_fixed_attention_times_only_with_attention(ideal, monkeypatch, fixed, step, expected):
+    """Ideal tiny model with large fixed attention times. The last case: 1501 tokens, GEMMs 3.002 ms of
+    compute against 0.768512 ms of KV write plus one decode's 2 x (2 + 1) = 6 ms of attention: memory."""
+    for name, value in fixed.items():
+        monkeypatch.setattr(cost, name, value)
+    assert tiny_cost().compute_bound(*step) is expected
