@@ -47,7 +47,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py",
                    # vLLM's own step-by-step records (stored; the live rerun is off, see _ENV) and the
                    # lazy path against the per-sequence one: preemption, swap and chunked prefill
-                   "tests/test_vllm_oracle.py", "tests/test_lazy_decode.py"]),
+                   "tests/test_vllm_oracle.py", "tests/test_lazy_decode.py",
+                   # swap, preemption, chunking and admission on tiny pools, worked out by hand
+                   "tests/test_scheduler_by_hand.py"]),
     "alloc": (["kvsim/alloc/*"],
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
                "tests/test_alloc_stateful.py", "tests/test_metrics_golden.py", "tests/test_engine.py",
