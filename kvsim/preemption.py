@@ -12,7 +12,9 @@ class Preemption:
     """`_preempt` and `_swap_in` of `Scheduler`."""
 
     def _preempt(self, i: int, plan: StepPlan) -> None:
-        """Evict request `i` (all its sequences): swap to CPU if asked and room, else recompute."""
+        """Evict request `i` (all its sequences): swap to CPU if asked, room, and it can come back
+        (`_swap_in` restores each sample unshared: all of them at their peak must fit the whole
+        cache), else recompute (which shares the prompt again)."""
         self._leave(i)
         self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
         self.running_seqs -= self.n[i]
@@ -23,7 +25,9 @@ class Preemption:
         plan.preempted.append(i)
         plan.freed.extend(self.seq_ids(i))
         tokens = self.kv_len[i] * self.n[i]
-        swap = self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1)
+        final = self.prompt[i] + self.output[i] - 1
+        swap = ((self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1))
+                and self.n[i] * self.alloc.peak_slots(final, final) <= self.alloc.capacity_tokens)
         if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
             self.swap_used += tokens
             plan.swap_tokens += tokens

@@ -189,6 +189,39 @@ def test_two_samples_swap_out_and_come_back_unshared_only_when_both_fit():
     assert (s.num_swap_outs, s.num_swap_ins, s.swapped_tokens, s.generated) == (1, 1, 16, [4, 3])
 
 
+def test_two_samples_that_could_not_come_back_unshared_are_recomputed_not_swapped():
+    """Swap-in restores each sample unshared (4 + 1 = 5 slots = 2 blocks each here), so a request of
+    several sequences is swapped out only if all its samples at their peak (4 + 3 - 1 = 6 slots = 2
+    blocks each, 4 blocks) fit the whole cache; else it is recomputed, which shares its prompt again.
+    (It used to be swapped out of a 3-block cache and never come back: the run ended with it and the
+    request queued behind it unfinished.)
+    3 blocks, R2: prompt 4, 2 outputs, queued behind. step 0: R0 2 blocks, R1 1 shared, R2 waits.
+    step 1: R0's 9th slot needs a block: R1 goes, 4 blocks > 3: recomputed (its prompt, 4 slots).
+    steps 2-3: R0 decodes (10, 11) and finishes. step 4: R1 re-prefills its prompt once and each
+    sample's first token, 4 + 2 = 6 tokens: 1 shared block + 1 own each (3 blocks); R2 waits.
+    step 5: R1's 2 sequences of 6 (context 12), done. steps 6-7: R2 prefills 4, decodes 5.
+    4 blocks (R2 left out): the samples' peaks fit exactly: R1 is swapped out (2 x 4 = 8 slots) and
+    both samples come back (2 blocks each) once R0 has finished, at step 4."""
+    s = _sched([8, 4, 4], [4, 3, 2], PagedAllocator(3, 4), n=[1, 2, 1], swap_tokens=100, preemption="swap")
+    steps = _run(s)
+    assert [_row(p) for p, _, _ in steps] == [
+        {"prefills": [(0, 8), (1, 4)], "limited_by": KV},
+        {"decodes": [0], "decode_seqs": 1, "decode_context_tokens": 9, "preempted": [1], "recomputed_tokens": 4,
+         "limited_by": KV},
+        {"decodes": [0], "decode_seqs": 1, "decode_context_tokens": 10, "limited_by": KV},
+        {"decodes": [0], "decode_seqs": 1, "decode_context_tokens": 11, "finished": [0], "limited_by": KV},
+        {"prefills": [(1, 6)], "limited_by": KV},
+        {"decodes": [1], "decode_seqs": 2, "decode_context_tokens": 12, "finished": [1], "limited_by": KV},
+        {"prefills": [(2, 4)], "limited_by": BUDGET},
+        {"decodes": [2], "decode_seqs": 1, "decode_context_tokens": 5, "finished": [2], "limited_by": BUDGET}]
+    assert (s.generated, s.num_swap_outs, s.swap_fallbacks) == ([4, 3, 2], 0, 0)
+    s = _sched([8, 4], [4, 3], PagedAllocator(4, 4), n=[1, 2], swap_tokens=100, preemption="swap")
+    steps = _run(s)
+    assert [(p.swapped_out, p.swapped_in, p.swap_tokens) for p, _, _ in steps] == [
+        ([], [], 0), ([1], [], 8), ([], [], 0), ([], [], 0), ([], [1], 8), ([], [], 0)]
+    assert s.generated == [4, 3]
+
+
 def test_recompute_of_two_samples_right_after_their_prefill():
     """As above under recompute: R1 goes at step 1 having computed only its prompt (4 slots; its first
     tokens were sampled but never written): 4 recomputed. It comes back at step 4 with the prompt once
