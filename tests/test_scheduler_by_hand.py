@@ -222,6 +222,26 @@ def test_two_samples_that_could_not_come_back_unshared_are_recomputed_not_swappe
     assert s.generated == [4, 3]
 
 
+@pytest.mark.parametrize("outputs, swapped", [(3, True), (4, False)])
+def test_swap_needs_the_unshared_peaks_to_fit_exactly(outputs, swapped):
+    """Blocks of 1 slot, 12 in all. R0: prompt 8, 4 outputs; R1: prompt 4, n = 2. Step 0 fills the
+    cache (8 + 4 shared); step 1 R0's 9th slot preempts R1. Its samples' peaks unshared: 3 outputs:
+    2 x (4 + 3 - 1) = 12 <= 12: swapped (2 x 4 slots); 4 outputs: 2 x 7 = 14 > 12: recomputed (4).
+    R0 finishes at step 3. Step 4: swapped, both samples come back (2 x 5 slots) and decode (context
+    10); recomputed, the prompt once and each sample's first token: 6 tokens. Then 2 x 6 = 12 (and
+    2 x 7 = 14 with 4 outputs) until R1 ends."""
+    s = _sched([8, 4], [4, outputs], PagedAllocator(12, 1), n=[1, 2], swap_tokens=100, preemption="swap")
+    steps = _run(s)
+    one = steps[1][0]
+    assert (one.preempted, one.swapped_out, one.swap_tokens, one.recomputed_tokens) == (
+        ([1], [1], 8, 0) if swapped else ([1], [], 0, 4))
+    four = steps[4][0]
+    assert (four.swapped_in, four.prefills, four.decode_context_tokens) == (
+        ([1], [], 10) if swapped else ([], [(1, 6)], 0))
+    assert [p.decode_context_tokens for p, _, _ in steps[5:]] == ([12] if swapped else [12, 14])
+    assert s.generated == [4, outputs]
+
+
 def test_recompute_of_two_samples_right_after_their_prefill():
     """As above under recompute: R1 goes at step 1 having computed only its prompt (4 slots; its first
     tokens were sampled but never written): 4 recomputed. It comes back at step 4 with the prompt once
