@@ -99,14 +99,14 @@ def read_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
         stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
         _first_bad(path, "TIMESTAMP", stamps.isna().to_numpy(), frame["TIMESTAMP"], "a datetime")
         seconds = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy()
-        _check_order(path, "TIMESTAMP", seconds)
+        _check_order(path, "TIMESTAMP", seconds, " (from the first row)")
         return _finish(path, fmt, seconds, frame["ContextTokens"], frame["GeneratedTokens"])
     lengths = (frame["num_prefill_tokens"], frame["num_decode_tokens"])
     if "arrived_at" in frame:
         if rate is not None:
             raise TraceError(f"{path}:1: rate applies only to files without timestamps (this one has 'arrived_at')")
         seconds = _numbers(path, "arrived_at", frame["arrived_at"])
-        _check_order(path, "arrived_at", seconds)
+        _check_order(path, "arrived_at", seconds, "")
         return _finish(path, fmt, seconds - seconds[0], *lengths)
     if rate is None:
         return _finish(path, fmt, np.zeros(len(frame)), *lengths, arrivals="all 0")
@@ -150,12 +150,13 @@ def _numbers(path: Path, field: str, values: pd.Series) -> np.ndarray:
     return x
 
 
-def _check_order(path: Path, field: str, seconds: np.ndarray) -> None:
+def _check_order(path: Path, field: str, seconds: np.ndarray, origin: str) -> None:
+    """TraceError at the first row whose time (`origin` says from when, for the message) goes back."""
     back = np.flatnonzero(np.diff(seconds) < 0)
     if len(back):
         i = int(back[0]) + 1
         raise TraceError(f"{path}:{i + 2}: field {field!r} must be non-decreasing, got "
-                         f"{seconds[i]:.6f} s after {seconds[i - 1]:.6f} s (from the first row)")
+                         f"{seconds[i]:.6f} s after {seconds[i - 1]:.6f} s{origin}")
 
 
 def _lengths(path: Path, field: str, values: pd.Series) -> tuple[np.ndarray, int]:

@@ -225,3 +225,17 @@ def test_mooncake_block_size_is_inferred_only_when_every_count_fits(tmp_path, re
              + (f', "block_hashes": {list(range(h))}' if h else "") + "}\n" for p, h in requests]
     path = write(tmp_path, "h.jsonl", "".join(lines))
     assert trace_jsonl.read_jsonl(path).hash_block_size == block_size
+
+
+def test_vidur_order_error_format_and_microsecond_poisson(tmp_path):
+    """A Vidur file's `arrived_at` going back (row 3: 2.5 s after 3 s, the file's own values) is refused;
+    every Vidur report says "vidur"; Poisson arrivals are whole microseconds (6 decimals)."""
+    back = write(tmp_path, "back.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n1,10,2\n3,10,2\n2.5,10,2\n")
+    with refused(back, "{p}:4: field 'arrived_at' must be non-decreasing, got 2.500000 s after 3.000000 s"):
+        read_trace(back)
+    stamped = write(tmp_path, "t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n1,10,2\n3,10,2\n")
+    lengths = write(tmp_path, "len.csv", "num_prefill_tokens,num_decode_tokens\n" + "10,2\n" * 50)
+    assert [read_trace(p, rate=r)[1].format for p, r in ((stamped, None), (lengths, None), (lengths, 3.0))] \
+        == ["vidur"] * 3
+    poisson = read_trace(lengths, rate=3.0, seed=7)[0].arrival_s.tolist()
+    assert len(set(poisson)) == 50 and all(round(s, 6) == s for s in poisson)
