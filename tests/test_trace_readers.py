@@ -239,3 +239,13 @@ def test_vidur_order_error_format_and_microsecond_poisson(tmp_path):
         == ["vidur"] * 3
     poisson = read_trace(lengths, rate=3.0, seed=7)[0].arrival_s.tolist()
     assert len(set(poisson)) == 50 and all(round(s, 6) == s for s in poisson)
+
+
+def test_jsonl_keeps_n_and_beam_width_together(tmp_path):
+    """A request with both n = 2 and beam_width = 3 is written with both fields, n first."""
+    t = Trace.from_arrays([0.0], [5], [3], n=[2], beam_width=[3])
+    trace_jsonl.write_jsonl(t, tmp_path / "t.jsonl")
+    assert (tmp_path / "t.jsonl").read_text() == \
+        '{"arrival_s": 0.0, "prompt_tokens": 5, "output_tokens": 3, "n": 2, "beam_width": 3}\n'
+    back = load_trace(tmp_path / "t.jsonl")
+    assert (back.n.tolist(), back.beam_width.tolist()) == ([2], [3])
