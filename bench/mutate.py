@@ -54,7 +54,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
               ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
                "tests/test_alloc_stateful.py", "tests/test_metrics_golden.py", "tests/test_engine.py",
                # beams' refork and the lazy-decode ticks are reached only by these
-               "tests/test_beams.py", "tests/test_alloc_beams_stateful.py", "tests/test_lazy_decode.py"]),
+               "tests/test_beams.py", "tests/test_alloc_beams_stateful.py", "tests/test_lazy_decode.py",
+               # by hand: fault injection into the checkers, ticks, windows, refork, placement edges
+               "tests/test_alloc_checkers.py", "tests/test_alloc_ticks.py", "tests/test_alloc_windows.py",
+               "tests/test_alloc_placement.py", "tests/test_alloc_contiguous_edges.py"]),
     "cost": (["kvsim/cost.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py",
                                  "tests/test_cost_profiles.py"]),
     "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py",

@@ -1,0 +1,207 @@
+"""PagedAllocator's lazy decode ticks (`tick_join`, `tick`, `tick_window`, `tick_steps`), checked by hand
+on pools of a few blocks: which tick takes which block, the memory breakdown after each tick, a tick
+that runs out of blocks and resumes, stale sequences skipped, and the refusals."""
+
+import pytest
+
+from kvsim.alloc import AllocationError, PagedAllocator
+
+
+def _two_ticking() -> PagedAllocator:
+    """5 blocks of 4 slots. A (seq 1): 3 tokens in [0], final 9; B (seq 2): 4 tokens in [1] (full),
+    final 11; both ticking, A first; 3 blocks free.
+
+    By hand, tick t grows both by one slot: B (room 0) crosses into a new block at ticks 0, 4, 8, ...,
+    A (room 1) at ticks 1, 5, 9, ... So tick 0 gives B block 2, tick 1 gives A block 3, tick 4 gives B
+    block 4, and tick 5 finds no free block: 5 ticks fit."""
+    a = PagedAllocator(num_blocks=5, block_size=4)
+    a.allocate(1, 3, 9)
+    a.allocate(2, 4, 11)
+    a.tick_join(1)
+    a.tick_join(2)
+    return a
+
+
+#: stats after ticks 0..4 of `_two_ticking`, as (token_states, reserved, internal_fragmentation, free,
+#: used_blocks, free_blocks, unshared_blocks); capacity 20, no external fragmentation, nothing cached.
+#: tick 0: A 4 [0], B 5 [1, 2]: 9 written; reach A min(9, 4) + B min(11, 8) = 12 -> 3 to fill; 2 free
+#: tick 1: A 5 [0, 3], B 6: 11 written; reach 8 + 8 = 16 -> 5 to fill; 1 free block
+#: tick 2, 3: 13 and 15 written, reach still 16 -> 3 and 1 to fill
+#: tick 4: A 8, B 9 [1, 2, 4]: 17 written; reach 8 + min(11, 12) = 19 -> 2 to fill, 20 - 19 = 1 never filled
+HAND = [(9, 3, 0, 8, 3, 2, 3), (11, 5, 0, 4, 4, 1, 4), (13, 3, 0, 4, 4, 1, 4), (15, 1, 0, 4, 4, 1, 4),
+        (17, 2, 1, 0, 5, 0, 5)]
+
+
+def _row(s):
+    assert (s.capacity_tokens, s.external_fragmentation, s.cached_blocks) == (20, 0, 0)
+    return (s.token_states, s.reserved, s.internal_fragmentation, s.free, s.used_blocks, s.free_blocks,
+            s.unshared_blocks)
+
+
+def test_tick_window_counts_the_ticks_the_free_blocks_last():
+    a = _two_ticking()
+    assert a.tick_window(100) == 5 and a.tick_window(3) == 3
+    assert a.tick_window(0) == 0 and a.tick_window(-2) == 0
+    b = PagedAllocator(num_blocks=6, block_size=4)     # one more free block: B at 0, 4 and A at 1, 5,
+    b.allocate(1, 3, 30)                               # then B finds none at tick 8: 8 ticks
+    b.allocate(2, 4, 30)
+    b.tick_join(1)
+    b.tick_join(2)
+    assert b.tick_window(100) == 8
+    c = PagedAllocator(num_blocks=5, block_size=4)     # no ticking sequence: no limit of its own
+    assert c.tick_window(7) == 7
+
+
+def test_tick_steps_take_blocks_in_tick_order_with_the_breakdown_after_each():
+    a = _two_ticking()
+    assert [_row(s) for s in a.tick_steps(5)] == HAND
+    assert (a.block_table(1), a.block_table(2)) == ([0, 3], [1, 2, 4])
+    assert (a.num_tokens(1), a.num_tokens(2)) == (8, 9)
+    a.check_invariants()
+
+
+def test_ticks_one_at_a_time_then_out_of_blocks_then_resumed():
+    a = _two_ticking()
+    rows = []
+    for _ in range(5):
+        assert a.tick() is True
+        rows.append(_row(a.stats()))
+    assert rows == HAND
+    assert a.tick() is False                 # tick 5: A needs a block, none is free; nothing changes
+    assert (a.num_tokens(1), a.block_table(1), a.stats().token_states) == (8, [0, 3], 17)
+    with pytest.raises(AllocationError, match="^tick_steps ran out of free blocks$"):
+        a.tick_steps(1)
+    a.free(2)                                # B's blocks 1, 2, 4 released, last first: 4, 2, 1
+    assert a.tick() is True                  # A goes on into block 4
+    assert (a.block_table(1), a.num_tokens(1)) == ([0, 3, 4], 9)
+    # A alone: 9 written, final 9 (nothing to fill), 12 - 9 = 3 never filled; blocks 2, 1 free
+    assert _row(a.stats()) == (9, 0, 3, 8, 3, 2, 3)
+    a.check_invariants()
+
+
+def _three_due_at_once() -> PagedAllocator:
+    """4 blocks of 2 slots: seqs 1, 2, 3 hold 2 tokens each in [0], [1], [2] (full), all ticking, all
+    needing a block at tick 0; one block (3) free."""
+    a = PagedAllocator(num_blocks=4, block_size=2)
+    for seq in (1, 2, 3):
+        a.allocate(seq, 2, 10)
+        a.tick_join(seq)
+    return a
+
+
+def test_a_tick_stopped_halfway_resumes_and_skips_sequences_freed_meanwhile():
+    a = _three_due_at_once()
+    assert a.tick() is False                 # seq 1 took block 3; seq 2 found none
+    assert a.block_table(1) == [0, 3] and a.block_table(2) == [1]
+    assert a.num_tokens(1) == 2              # the tick is not over: nobody has grown yet
+    a.free(3)                                # block 2 released
+    assert a.tick() is True                  # seq 2 takes block 2; seq 3 is gone
+    assert (a.block_table(1), a.block_table(2)) == ([0, 3], [1, 2])
+    assert (a.num_tokens(1), a.num_tokens(2)) == (3, 3)
+    # 6 written, each reaches min(10, 4) = 4 -> 2 to fill; all 4 blocks used
+    assert _row_any(a.stats()) == (8, 6, 2, 0, 0, 4, 0, 4)
+    a.check_invariants()
+
+
+def test_tick_steps_resume_a_stopped_tick_through_tick():
+    a = _three_due_at_once()
+    assert a.tick() is False
+    with pytest.raises(AllocationError, match="^tick_steps ran out of free blocks$"):
+        a.tick_steps(1)
+    a.free(3)
+    snapshots = a.tick_steps(2)              # finishes tick 0, then tick 1 (no crossing)
+    assert [_row_any(s)[:4] for s in snapshots] == [(8, 6, 2, 0), (8, 8, 0, 0)]
+    assert (a.num_tokens(1), a.num_tokens(2)) == (4, 4)
+    a.check_invariants()
+
+
+def _row_any(s):
+    return (s.capacity_tokens, s.token_states, s.reserved, s.internal_fragmentation, s.external_fragmentation,
+            s.used_blocks, s.free, s.unshared_blocks)
+
+
+def test_tick_steps_inline_path_out_of_blocks_raises():
+    a = _three_due_at_once()
+    with pytest.raises(AllocationError, match="^tick_steps ran out of free blocks$"):
+        a.tick_steps(1)                      # (the caller must stay within tick_window: 0 here)
+
+
+def test_a_sequence_grown_another_way_stops_ticking_and_its_old_tick_is_skipped():
+    a = PagedAllocator(num_blocks=6, block_size=4)
+    a.allocate(1, 4, 20)                     # [0], full: due at tick 0
+    a.allocate(2, 2, 20)                     # [1]: due at tick 2
+    a.tick_join(1)
+    a.tick_join(2)
+    assert a.tick() is True                  # tick 0: seq 1 takes block 2
+    assert a.block_table(1) == [0, 2] and a.num_tokens(1) == 5 and a.num_tokens(2) == 3
+    assert a.append(2, 3) == []              # seq 2 stops ticking at 3 tokens, grows to 6: block 3
+    assert a.block_table(2) == [1, 3]
+    # only seq 1 ticks now: 5 tokens in 8 slots, so it crosses at the 4th tick from now and every 4th
+    # after; the 2 free blocks cover the 4th and the 8th, the 12th finds none: 11 ticks
+    assert a.tick_window(100) == 11
+    for _ in range(3):
+        assert a.tick() is True              # tick 2 (seq 2's stale entry) takes nothing
+    assert (a.block_table(1), a.block_table(2)) == ([0, 2], [1, 3])
+    assert (a.num_tokens(1), a.num_tokens(2)) == (8, 6)
+    assert a.stats().token_states == 14
+    a.check_invariants()
+    a.tick_join(2)                           # ticking again, after seq 1
+    assert [_row_any(s)[1] for s in a.tick_steps(2)] == [16, 18]
+    assert (a.block_table(1), a.block_table(2)) == ([0, 2, 4], [1, 3])
+    a.check_invariants()
+
+
+def test_tick_window_ignores_stale_entries():
+    # 4-slot blocks: seq 1 (3 tokens) and seq 2 (3 tokens) both due at tick 1; seq 1 then grows by
+    # `append` and stops ticking, leaving a stale entry at tick 1. 1 free block: only seq 2 takes it
+    # at tick 1, and its next crossing is tick 5, so 5 ticks fit (a stale entry counted as a taker
+    # would end the window at tick 1).
+    a = PagedAllocator(num_blocks=3, block_size=4)
+    a.allocate(1, 3, 30)
+    a.allocate(2, 3, 30)
+    a.tick_join(1)
+    a.tick_join(2)
+    a.append(1)                              # 4 tokens: still one block
+    assert a.num_free_blocks == 1
+    assert a.tick_window(100) == 5
+
+
+def test_ticking_refusals_and_the_missing_tick_check():
+    a = PagedAllocator(num_blocks=8, block_size=4)
+    assert a.can_tick
+    a.allocate(1, 6, 10)
+    a.tick_join(1)
+    with pytest.raises(AllocationError, match="^sequence 1 is already ticking$"):
+        a.tick_join(1)
+    a.allocate(2, 6, 10)
+    a.fork(2, 3)                             # 3 shares 2's partly filled last block
+    with pytest.raises(AllocationError, match=r"^sequence 3 cannot tick \(prefix cache or shared last block\)$"):
+        a.tick_join(3)
+    assert a.tick_window(9) == 9             # a shared partly filled block: no window of its own
+    a.allocate(4, 8, 10)
+    a.fork(4, 5)                             # shares two full blocks: ticking is fine
+    a.tick_join(5)
+    a._due.clear()                           # fault injection: the ticks lost their schedule
+    a.free(3)
+    with pytest.raises(AllocationError, match="^a ticking sequence is missing from its tick$"):
+        a.tick_window(9)
+    b = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    assert not b.can_tick
+    b.allocate(1, 4, 10)
+    with pytest.raises(AllocationError, match=r"^sequence 1 cannot tick \(prefix cache or shared last block\)$"):
+        b.tick_join(1)
+
+
+def test_check_invariants_ignores_a_stale_entry_filed_before_a_later_join():
+    # 4-slot blocks: seq 1 (3 tokens, key 0) and seq 2 (3 tokens, key 1) are both filed at tick 1;
+    # seq 1 grows by `append` to 4 and joins again (key 2, filed at tick 0). Tick 1's list still
+    # holds seq 1 first: stale, so its key 2 before seq 2's 1 is no disorder.
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 3, 30)
+    a.allocate(2, 3, 30)
+    a.tick_join(1)
+    a.tick_join(2)
+    a.append(1)
+    a.tick_join(1)
+    assert [s.key for s in a._due[1]] == [2, 1] and [s.key for s in a._due[0]] == [2]
+    a.check_invariants()
