@@ -123,10 +123,21 @@ def test_contiguous_refork_copies_into_the_childs_own_reservation():
     # 13 + 5 + 5 = 23 written; finals 20 + 15 + 15 = 50 -> 27 to fill; reservations 60 -> 10 never
     s = a.stats()
     assert (s.token_states, s.reserved, s.internal_fragmentation, s.free) == (23, 27, 10, 40)
+    a.allocate(4, 1, 20)                      # reservation 20: exactly the parent's final
+    assert a.refork(1, 4) == 13 and a.num_tokens(4) == 13
     for call in (lambda: a.refork(9, 2), lambda: a.refork(1, 9)):
         with pytest.raises(AllocationError, match="^unknown sequence id 9$"):
             call()
     a.check_invariants()
+
+
+def test_contiguous_refork_is_bounded_by_the_reservation_not_the_buddy_block():
+    a = ContiguousAllocator(64, 64, reserve="oracle", placement="buddy")
+    a.allocate(1, 10, 14)                     # 14 reserved in a 16-slot block
+    a.allocate(2, 5, 12)                      # 12 reserved in a 16-slot block: 4 slots of padding
+    with pytest.raises(AllocationError, match=r"^sequence 2: its reservation of 12 slots cannot hold a copy "
+                                              r"of sequence 1 \(final 14\)$"):
+        a.refork(1, 2)
 
 
 def test_paged_refork_frees_the_childs_blocks_and_shares_the_parents():
