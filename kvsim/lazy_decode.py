@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 
 from kvsim.alloc.base import MemoryStats
+from kvsim.request_state import FINISHED
 
 
 class LazyDecodes:
@@ -38,13 +39,19 @@ class LazyDecodes:
         self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
 
     # -- membership ------------------------------------------------------------------------------
-    def _join(self, i: int) -> None:
-        key = self._joins
-        self._joins += 1
-        self._since[i], self._keys[i] = self._gen_clock, key
-        self._context += self.kv_len[i]
-        heapq.heappush(self._ends, (self._gen_clock + self.output[i] - self.generated[i], key, i))
-        self.alloc.tick_join(i)
+    def _join(self, requests: list[int]) -> None:
+        """Make those of `requests` (in batch order) that go on decoding members."""
+        generated, output, kv_len, since, keys, ends = (self.generated, self.output, self.kv_len,
+                                                        self._since, self._keys, self._ends)
+        clock, key, tick_join = self._gen_clock, self._joins, self.alloc.tick_join
+        for i in requests:
+            if generated[i] < output[i]:
+                since[i], keys[i] = clock, key
+                self._context += kv_len[i]
+                heapq.heappush(ends, (clock + output[i] - generated[i], key, i))
+                tick_join(i)
+                key += 1
+        self._joins = key
 
     def _sync(self, i: int) -> None:
         """Bring member `i`'s `kv_len` and `generated` up to `_gen_clock` (exact between steps;
@@ -105,28 +112,47 @@ class LazyDecodes:
         one, the members through `_gen_clock`; those that go on decoding become members."""
         generated, output = self.generated, self.output
         fresh = self._prefills_done(plan, now) if plan.prefills else []
-        fresh.extend(plan.swapped_in)
-        ending = []
-        if self._ticked:
-            self._ticked = False
-            self._gen_clock = clock = self._gen_clock + 1
-            ends, keys = self._ends, self._keys
-            while ends and ends[0][0] <= clock:    # (equal ends pop in join order: batch order)
-                _, key, i = heapq.heappop(ends)
-                if keys.get(i) == key:         # (else stale: it left the members since)
-                    ending.append(i)
-            for i in ending:
-                self._leave(i)
+        if plan.swapped_in:
+            fresh.extend(plan.swapped_in)
+        ending = self._end_members() if self._ticked else []
         new_ends = [i for i in fresh if generated[i] + 1 == output[i]]
         for i in fresh:
             generated[i] += 1
         # the step's finishes in emit order (prefills, members, swap-ins: a step that swaps in admits
         # nothing), freed in batch order (members, then the requests that joined the batch this step)
         plan.finished = ending + new_ends if plan.swapped_in else new_ends + ending
-        self._retire(ending + new_ends, now, in_order=True)
-        for i in fresh:
-            if generated[i] < output[i]:
-                self._join(i)
+        if ending or new_ends:
+            self._retire_lazy(ending + new_ends, now)
+        if fresh:
+            self._join(fresh)
+
+    def _end_members(self) -> list[int]:
+        """Emit the members' tokens of the step that grew them; take out (`_leave`) and return those
+        that emitted their last, in batch order."""
+        self._ticked = False
+        self._gen_clock = clock = self._gen_clock + 1
+        ends, keys, since, generated, kv_len = self._ends, self._keys, self._since, self.generated, self.kv_len
+        lag, ending = self._kv_clock - clock, []
+        while ends and ends[0][0] <= clock:        # (equal ends pop in join order: batch order)
+            _, key, i = heapq.heappop(ends)
+            if keys.get(i) == key:             # (else stale: it left the members since)
+                ending.append(i)
+                del keys[i]                    # `_leave(i)`, inlined
+                d = clock - since.pop(i)
+                generated[i] += d
+                kv_len[i] += d + lag
+                self._context -= kv_len[i]
+        return ending
+
+    def _retire_lazy(self, retire: list[int], now: float) -> None:
+        """`_retire` of one-sequence requests (sequence id = request) given in batch order."""
+        running, free, status, finished_s = self.running, self.alloc.free, self.status, self.finished_s
+        for i in retire:
+            running.remove(i)
+            free(i)
+            status[i], finished_s[i] = FINISHED, now
+        self.running_seqs -= len(retire)
+        self.num_finished += len(retire)
 
     def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
         """`_admit` for one-sequence requests with whole prompts and no prefix cache (the same checks

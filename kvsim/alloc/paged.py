@@ -102,6 +102,17 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
         bs = self.block_size
         cache = self._cache
+        if cache is None and (hold_tokens is None or hold_tokens == num_tokens):   # (no prefix cache: fewer steps)
+            num_new = -(-num_tokens // bs)
+            if num_new > self.num_blocks - self._top + len(self._free):
+                raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, {self.num_free_blocks} free")
+            table = self._take_many(num_new)
+            final = final_tokens if final_tokens > num_tokens else num_tokens
+            self._seqs[seq_id] = _Seq(table, num_tokens, final, [], seq_id)
+            self._sum_tokens += num_tokens
+            self._sum_reach += final if final < num_new * bs else num_new * bs
+            self._sum_blocks += num_new
+            return 0
         hashes, hits = self._prefix(num_tokens, block_hashes, seq_id) if cache is not None else ([], [])
         hold = num_tokens if hold_tokens is None else max(hold_tokens, len(hits) * bs)
         if hold < 1 or hold > num_tokens:
@@ -162,10 +173,13 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
     def free(self, seq_id: int) -> None:
         """Drop `seq_id`'s references; blocks no one holds become free (cached ones evictable, the
         sequence's last block first, so the tail of a prefix is evicted before its head)."""
-        seq = self._seq(seq_id)
-        if seq.at >= 0:
-            self._untick(seq)
-        del self._seqs[seq_id]
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            raise AllocationError(f"unknown sequence id {seq_id}")
+        if seq.at >= 0:                   # `_untick`, inlined
+            seq.tokens += self._clock - seq.at
+            seq.at = -1
+            self._ticking -= 1
         ref, cache = self._ref, self._cache
         partial_last = seq.tokens % self.block_size != 0
         if cache is None and not self._excess and not self._shared_partial:   # nothing is shared
@@ -195,20 +209,24 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
 
     def _take_many(self, num: int) -> list[int]:
         """`num` blocks as `num` calls of `_take` give them."""
-        fresh = min(num, self.num_blocks - self._top)
-        blocks = list(range(self._top, self._top + fresh))
-        self._top += fresh
-        self._ref.extend([1] * fresh)
+        top = self._top
+        fresh = min(num, self.num_blocks - top)
+        if fresh:
+            self._top = top + fresh
+            self._ref.extend([1] * fresh)
+            if fresh == num:
+                return list(range(top, top + num))
+        blocks = list(range(top, top + fresh))
         rest = num - fresh
-        if rest:
-            free, ref = self._free, self._ref
-            if rest <= len(free):              # released plain free blocks, from the left
-                taken = [free.popleft() for _ in range(rest)]
-                for block in taken:
-                    ref[block] = 1
-                blocks += taken
-            else:
-                blocks += [self._take() for _ in range(rest)]
+        free, ref = self._free, self._ref
+        if rest <= len(free):              # released plain free blocks, from the left
+            popleft = free.popleft
+            for _ in range(rest):
+                block = popleft()
+                ref[block] = 1
+                blocks.append(block)
+        else:
+            blocks += [self._take() for _ in range(rest)]
         return blocks
 
     def _take(self) -> int:

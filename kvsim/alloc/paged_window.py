@@ -90,16 +90,23 @@ class PagedTicks:
 
     def tick_join(self, seq_id: int) -> None:
         """Start growing `seq_id` by one slot per `tick()`, after the sequences ticking now."""
-        seq = self._seq(seq_id)
-        bs = self.block_size
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise AllocationError(f"unknown sequence id {seq_id}")
+        bs, clock = self.block_size, self._clock
         if seq.at >= 0:
             raise AllocationError(f"sequence {seq_id} is already ticking")
         if self._cache is not None or (seq.tokens % bs and self._ref[seq.table[-1]] > 1):
             raise AllocationError(f"sequence {seq_id} cannot tick (prefix cache or shared last block)")
-        seq.at, seq.key = self._clock, self._joins
+        seq.at, seq.key = clock, self._joins
         self._joins += 1
         self._ticking += 1
-        self._due.setdefault(self._clock + len(seq.table) * bs - seq.tokens, []).append(seq)
+        due = clock + len(seq.table) * bs - seq.tokens
+        waiting = self._due.get(due)
+        if waiting is None:
+            self._due[due] = [seq]
+        else:
+            waiting.append(seq)
 
     def _sync(self, seq) -> None:
         """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change)."""
@@ -129,10 +136,10 @@ class PagedTicks:
                 self._clock += 1
                 self._sum_tokens += self._ticking
                 return True
-        clock, bs = self._clock, self.block_size
-        free = taken = self.num_free_blocks
+        clock, bs, released = self._clock, self.block_size, self._free
+        free = taken = self.num_blocks - self._top + len(released)     # (ticks: no prefix cache)
         nxt = self._due.setdefault(clock + bs, [])
-        take, released, ref = self._take, self._free, self._ref
+        take, ref, reach = self._take, self._ref, 0
         fresh = self._top < self.num_blocks
         for k, seq in enumerate(pending):
             table = seq.table
@@ -142,6 +149,7 @@ class PagedTicks:
             if not free:
                 self._pending = pending[k:]
                 self._sum_blocks += taken - free
+                self._sum_reach += reach
                 return False
             free -= 1
             if fresh or not released:
@@ -152,9 +160,10 @@ class PagedTicks:
                 table.append(block)
             final = seq.final
             if final > held:
-                self._sum_reach += (final if final < held + bs else held + bs) - held
+                reach += (final if final < held + bs else held + bs) - held
             nxt.append(seq)
         self._sum_blocks += taken - free
+        self._sum_reach += reach
         self._pending = None
         self._clock = clock + 1
         self._sum_tokens += self._ticking
