@@ -250,7 +250,7 @@ class SchedulerBase:
 
     def memory(self) -> MemoryStats:
         """The allocator's memory breakdown now, judged against the head of the queue."""
-        return self.alloc.stats(*self.head_of_queue())
+        return self.alloc.stats(*self.head_of_queue()) if self.waiting else self.alloc.stats()
 
     def computed_tokens(self, i: int) -> int:
         """KV slots of request `i` (each sequence) computed so far: prompt chunks and outputs."""

@@ -48,8 +48,9 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         plan = StepPlan()
         preempted = self._grow_running(plan)
         budget = self.cfg.max_batched_tokens - plan.decode_seqs
-        budget, preempted_chunk = self._continue_prefills(plan, budget)
-        preempted = preempted or preempted_chunk
+        if self.cfg.chunked_prefill:
+            budget, preempted_chunk = self._continue_prefills(plan, budget)
+            preempted = preempted or preempted_chunk
         if preempted or self.swapped:
             plan.limited_by = _KV
             if not preempted:

@@ -153,7 +153,9 @@ class Stepper:
         duration = self.step_seconds(plan)
         plan.starts.append(now)
         plan.durations.append(duration)
-        plan.compute_bound.append(self._compute_bound(plan))
+        bound = self._bound           # (`_compute_bound(plan)`, inlined)
+        plan.compute_bound.append(bound(plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs,
+                                        plan.decode_context_tokens) if bound is not None else False)
         sched.finish(plan, now + duration)
         return plan
 
