@@ -10,6 +10,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvsim.alloc import PagedAllocator
 
+from quick_examples import examples
+
 pick = st.integers(0, 10_000)
 
 
@@ -126,5 +128,5 @@ class BeamMachine(RuleBasedStateMachine):
 
 
 TestBeams = BeamMachine.TestCase
-TestBeams.settings = settings(max_examples=max(100, settings.default.max_examples), stateful_step_count=40,
-                              deadline=None)
+TestBeams.settings = settings(**examples(max(100, settings.default.max_examples)),
+                              stateful_step_count=40, deadline=None)

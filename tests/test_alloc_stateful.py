@@ -2,13 +2,13 @@
 allocator, with `check_invariants()` after every step and a leak check at teardown. A plain dict of
 sequence lengths is the model the allocator must agree with."""
 
-import os
-
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvsim.alloc import AllocationError, ContiguousAllocator, PagedAllocator
+
+from quick_examples import examples
 
 pick = st.integers(0, 10_000)     # index into the live sequences, taken modulo their number
 
@@ -183,12 +183,9 @@ class ContiguousMachine(AllocatorMachine):
 
 
 #: 250 examples by default; 5,000 under `pytest --long` (make test-long), whose profile sets the default;
-#: KVSIM_QUICK_EXAMPLES (set by bench/mutate.py for mutation testing) runs that many, derandomized.
-QUICK = int(os.environ.get("KVSIM_QUICK_EXAMPLES", "0"))
-EXAMPLES = QUICK or max(250, settings.default.max_examples)
 TestPaged = PagedMachine.TestCase
-TestPaged.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-                              derandomize=bool(QUICK))
+TestPaged.settings = settings(**examples(max(250, settings.default.max_examples)),
+                              stateful_step_count=50, deadline=None)
 TestContiguous = ContiguousMachine.TestCase
-TestContiguous.settings = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-                                   derandomize=bool(QUICK))
+TestContiguous.settings = settings(**examples(max(250, settings.default.max_examples)),
+                                   stateful_step_count=50, deadline=None)

@@ -13,6 +13,7 @@ from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace import Trace
 
 from engine_loop import engine_steps
+from quick_examples import examples
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 
@@ -33,7 +34,7 @@ def _state(sched, alloc):
             alloc.stats())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(**examples(60), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), num_blocks=st.integers(12, 200), swap=st.booleans(),
        separate=st.booleans(), burst=st.booleans())
 def test_lazy_steps_equal_per_sequence_steps(seed, num_blocks, swap, separate, burst):
