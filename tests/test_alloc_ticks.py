@@ -2,6 +2,8 @@
 on pools of a few blocks: which tick takes which block, the memory breakdown after each tick, a tick
 that runs out of blocks and resumes, stale sequences skipped, and the refusals."""
 
+import copy
+
 import pytest
 
 from kvsim.alloc import AllocationError, PagedAllocator
@@ -205,3 +207,115 @@ def test_check_invariants_ignores_a_stale_entry_filed_before_a_later_join():
     a.tick_join(1)
     assert [s.key for s in a._due[1]] == [2, 1] and [s.key for s in a._due[0]] == [2]
     a.check_invariants()
+    # tick 0: seq 1 (4 tokens) takes block 2; tick 1: the stale seq 1 is passed over, seq 2 takes 3
+    b = copy.deepcopy(a)
+    assert a.tick() and a.tick()
+    assert (a.block_table(1), a.block_table(2), a.num_tokens(1), a.num_tokens(2)) == ([0, 2], [1, 3], 6, 5)
+    a.check_invariants()
+    assert [s.token_states for s in b.tick_steps(2)] == [9, 11]
+    assert (b.block_table(1), b.block_table(2)) == ([0, 2], [1, 3])
+    b.check_invariants()
+
+
+def _stale_then_real() -> PagedAllocator:
+    """5 blocks of 4 slots. Seq 1 (3 tokens in [0]) joins, filed at tick 1; it grows by `append` to 5
+    ([0, 1]) and joins again, filed at tick 8 - 5 = 3. Seq 2 (2 tokens in [2]) joins, filed at tick 2.
+    Tick 1's entry for seq 1 is stale (seq 1 is ticking, but due at 3). 2 blocks free."""
+    a = PagedAllocator(num_blocks=5, block_size=4)
+    a.allocate(1, 3, 30)
+    a.tick_join(1)
+    a.append(1, 2)
+    a.tick_join(1)
+    a.allocate(2, 2, 30)
+    a.tick_join(2)
+    assert [s.key for s in a._due[1]] == [1] and a._due[1][0].at >= 0
+    return a
+
+
+def test_a_stale_entry_of_a_sequence_ticking_again_takes_nothing():
+    # by hand: seq 2 crosses at tick 2 (block 3), seq 1 at tick 3 (block 4); seq 2's next crossing,
+    # tick 6, finds no block: ticks 0..5 fit
+    a = _stale_then_real()
+    assert a.tick_window(100) == 6
+    assert all(a.tick() for _ in range(4))
+    assert (a.block_table(1), a.block_table(2)) == ([0, 1, 4], [2, 3])
+    assert (a.num_tokens(1), a.num_tokens(2)) == (9, 6)
+    b = _stale_then_real()
+    assert [s.token_states for s in b.tick_steps(4)] == [9, 11, 13, 15]
+    assert (b.block_table(1), b.block_table(2)) == ([0, 1, 4], [2, 3])
+    b.check_invariants()
+
+
+def test_tick_window_of_one_when_the_first_tick_has_no_block():
+    a = _three_due_at_once()                 # 3 sequences need a block at tick 0, 1 is free
+    assert a.tick_window(1) == 0
+
+
+def test_ticks_take_fresh_blocks_before_released_ones_then_released_ones():
+    # 3 blocks of 2 slots: X (seq 9) in [0], A (seq 1, 2 tokens, ticking) in [1]; X freed: block 0 is
+    # released while block 2 is still fresh. A crosses at ticks 0 (fresh 2 first) and 2 (released 0).
+    a = PagedAllocator(num_blocks=3, block_size=2)
+    a.allocate(9, 2, 2)
+    a.allocate(1, 2, 10)
+    a.tick_join(1)
+    a.free(9)
+    assert a.tick() is True and a.block_table(1) == [1, 2]
+    assert a.tick() is True and a.tick() is True and a.block_table(1) == [1, 2, 0]
+    b = PagedAllocator(num_blocks=3, block_size=2)
+    b.allocate(9, 2, 2)
+    b.allocate(1, 2, 10)
+    b.tick_join(1)
+    b.free(9)
+    # after ticks 0..2: 3, 4, 5 written; reach min(10, 4) = 4, 4, then 6 (block 0 taken at tick 2)
+    snaps = b.tick_steps(3)
+    assert [(s.token_states, s.reserved, s.used_blocks, s.free_blocks, s.free) for s in snaps] == \
+        [(3, 1, 2, 1, 2), (4, 0, 2, 1, 2), (5, 1, 3, 0, 0)]
+    assert b.block_table(1) == [1, 2, 0]
+    b.check_invariants()
+
+
+def test_tick_steps_count_shared_blocks_once():
+    # 8 blocks of 4 slots. Seq 1: 8 tokens [0, 1] (final 8) forked to seq 2: two full blocks shared.
+    # Seq 3: 3 tokens [2], final 12, ticking. After tick 0: 8 + 4 = 12 written (shared once); after
+    # tick 1: 13, block 3 taken. Reach 8 + min(12, 4 then 8).
+    a = PagedAllocator(num_blocks=8, block_size=4)
+    a.allocate(1, 8, 8)
+    a.fork(1, 2)
+    a.allocate(3, 3, 12)
+    a.tick_join(3)
+    snaps = a.tick_steps(2)
+    assert [(s.token_states, s.reserved, s.internal_fragmentation, s.used_blocks, s.unshared_blocks)
+            for s in snaps] == [(12, 0, 0, 3, 5), (13, 3, 0, 4, 6)]
+    a.check_invariants()
+
+
+def test_tick_steps_with_a_partly_filled_block_shared_elsewhere():
+    # Seq 1: 6 tokens [0, 1] (final 10) forked to seq 2: block 1 (2 of 4 written) shared. Seq 3: 3
+    # tokens [2], final 12, ticking. Shared blocks once: written 4 + 2 + seq 3's; reach 8 + seq 3's.
+    # tick 0: 6 + 4 = 10 written, reach 8 + 4 -> 2 to fill; tick 1: 11 written, block 3, reach 16 -> 5
+    a = PagedAllocator(num_blocks=8, block_size=4)
+    a.allocate(1, 6, 10)
+    a.fork(1, 2)
+    a.allocate(3, 3, 12)
+    a.tick_join(3)
+    assert a.tick_window(5) == 5
+    snaps = a.tick_steps(2)
+    assert [(s.token_states, s.reserved, s.internal_fragmentation, s.used_blocks) for s in snaps] == \
+        [(10, 2, 0, 3), (11, 5, 0, 4)]
+    a.check_invariants()
+
+
+def test_the_fast_forward_and_appends_stop_a_sequence_ticking_since_clock_0():
+    a = PagedAllocator(num_blocks=5, block_size=4)
+    a.allocate(1, 3, 9)
+    a.tick_join(1)                           # at clock 0
+    a.append_steps([1], 2)                   # 5 tokens; no longer ticking
+    assert a.tick() is True
+    assert a.num_tokens(1) == 5 and a.block_table(1) == [0, 1]
+    a.check_invariants()
+    b = PagedAllocator(num_blocks=5, block_size=4)
+    b.allocate(1, 3, 9)
+    b.tick_join(1)
+    assert b.tick() and b.tick()             # 5 tokens in [0, 1]
+    assert b.decode_window([1], 100) == 4    # its final 9 - 5: the ticks counted
+    b.check_invariants()

@@ -26,10 +26,17 @@ def test_paged_decode_window_by_hand():
     assert a.decode_window([1, 2], 100) == 5
     assert a.decode_window([1, 2], 4) == 4
     assert a.decode_window([1], 100) == 6 and a.decode_window([2], 100) == 7
+    assert a.decode_window([1], 8) == 6 and a.decode_window([1, 2], 1) == 1
     assert a.decode_window([], 7) == 7
     assert a.decode_window([1, 2], 0) == 0 and a.decode_window([], -3) == 0
     a.append(1, 6)                            # A at its final 9: no step left for it
     assert a.decode_window([1, 2], 100) == 0 and a.decode_window([2], 3) == 3
+
+
+def test_paged_decode_window_is_zero_when_the_first_step_needs_a_block_and_none_is_free():
+    a = PagedAllocator(num_blocks=1, block_size=4)
+    a.allocate(1, 4, 10)                      # its only block is full
+    assert a.decode_window([1], 1) == 0 and a.decode_window([1], 5) == 0
 
 
 def test_paged_append_steps_breakdown_after_each_step():
@@ -68,6 +75,15 @@ def test_paged_append_steps_register_the_blocks_they_fill_in_the_prefix_cache():
     # a sequence recomputed under the same id finds both full blocks; another id only the shared one
     assert a.cached_tokens(9, [7], seq_id=1) == 8 and a.cached_tokens(9, [7], seq_id=3) == 4
     a.check_invariants()
+
+
+def test_a_sequences_own_blocks_are_found_only_under_its_own_id():
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(4, 9, 9)                       # no shareable prefix: blocks 0, 1 full, cached by id 4
+    a.free(4)
+    assert a.cached_tokens(9, (), seq_id=4) == 8
+    assert [a.cached_tokens(9, (), seq_id=s) for s in range(16) if s != 4] == [0] * 15
+    assert a.can_allocate(9, 9, (), seq_id=8) and a.allocate(8, 9, 9) == 0
 
 
 # ---- contiguous fast-forward -------------------------------------------------------------------
