@@ -65,9 +65,9 @@ def _run(s: Scheduler, limit: int = 40):
 SWAP_TRACE = ([8, 4, 3], [4, 3, 3])
 
 
-@pytest.mark.parametrize("lazy", [False, True])
-def test_swap_out_two_at_once_and_back_in_fcfs(lazy):
-    """Swap space 8 slots.
+@pytest.mark.parametrize("lazy, chunked", [(False, False), (True, False), (False, True)])
+def test_swap_out_two_at_once_and_back_in_fcfs(lazy, chunked):
+    """Swap space 8 slots (the same steps with chunked prefill: the default budget holds every prompt).
     step 0: all three prefill: A 2 blocks, B 1, C 1 (none free); 8 + 4 + 3 = 15 tokens.
     step 1: A's 9th slot needs a block: C (last admitted) goes, 3 slots to CPU, A takes its block; B's
             5th slot needs one too: B goes (4 slots). 7 slots swapped out, swap space 7/8 used. A alone
@@ -82,7 +82,8 @@ def test_swap_out_two_at_once_and_back_in_fcfs(lazy):
             (3 internal fragmentation).
     step 5: B decodes (6) and finishes.
     Totals: 3 swap-outs, 3 swap-ins, 7 + 3 + 4 + 8 = 22 slots moved, 0 recomputed."""
-    s = _sched(*SWAP_TRACE, PagedAllocator(4, 4), lazy=lazy, swap_tokens=8, preemption="swap")
+    s = _sched(*SWAP_TRACE, PagedAllocator(4, 4), lazy=lazy, swap_tokens=8, preemption="swap",
+               chunked_prefill=chunked)
     steps = _run(s)
     assert [_row(p) for p, _, _ in steps] == [
         {"prefills": [(0, 8), (1, 4), (2, 3)], "limited_by": BUDGET},
