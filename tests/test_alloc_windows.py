@@ -39,6 +39,12 @@ def test_paged_decode_window_is_zero_when_the_first_step_needs_a_block_and_none_
     assert a.decode_window([1], 1) == 0 and a.decode_window([1], 5) == 0
 
 
+def test_paged_can_append_one_slot_into_the_last_free_slot_of_a_full_pool():
+    a = PagedAllocator(num_blocks=1, block_size=4)
+    a.allocate(1, 3, 10)                      # one slot left in its only block, no free block
+    assert a.can_append(1) and not a.can_append(1, 2)
+
+
 def test_paged_append_steps_breakdown_after_each_step():
     a = _paged_pair()
     # (token_states, reserved, internal, free slots, used, free blocks, unshared) after steps 0..4:
