@@ -95,31 +95,34 @@ class Engine:
     def _engine(self):
         env, sched, stepper, log = self.env, self.sched, self.stepper, self.log
         arrivals = _Arrivals(self.arrivals, sched)
-        steps, report_at = 0, self.progress_every
+        progress, fast_forward, timeout = self.progress, self.fast_forward, env.timeout
+        steps, report_at, now = 0, self.progress_every, env.now
         while True:
-            now = env.now
             plan = stepper.step(now)
             if plan is None:
                 if arrivals.at == float("inf"):
                     return                          # (every request is done, or none can run)
                 while env.now != arrivals.at:       # sleep until the next arrival
-                    yield env.timeout(_delay(env.now, arrivals.at))
+                    yield timeout(_delay(env.now, arrivals.at))
                 arrivals.wake()
+                now = env.now
                 continue
             log.record(plan)
             ticket = arrivals.ticket()
-            yield env.timeout(plan.durations[0])
+            yield timeout(plan.durations[0])
             steps += 1
-            nxt = arrivals.until(env.now, ticket)
-            window = stepper.window(plan, env.now, nxt) if self.fast_forward else None
+            now = env.now
+            nxt = arrivals.until(now, ticket)
+            window = stepper.window(plan, now, nxt) if fast_forward else None
             if window is not None:
                 log.record(window)
                 ticket = arrivals.ticket()
-                yield env.timeout(window.end_s - env.now)
+                yield timeout(window.end_s - now)
                 steps += window.num_steps
-                arrivals.until(env.now, ticket)
-            if self.progress is not None and steps >= report_at:
-                self.progress(env.now)
+                now = env.now
+                arrivals.until(now, ticket)
+            if progress is not None and steps >= report_at:
+                progress(now)
                 report_at = (steps // self.progress_every + 1) * self.progress_every
 
 

@@ -108,6 +108,7 @@ class SchedulerBase:
         self.swap_fallbacks = 0             # swaps refused for want of swap space (recomputed)
         self.recomputed_tokens = 0          # computed tokens dropped by recompute preemption
         self.num_finished = self.num_rejected = 0
+        self._never: dict[tuple[int, int, int], str] = {}   # (prompt, output, n) -> `never_served`
 
     # -- arrivals -------------------------------------------------------------------------------
     def add(self, i: int, now: float) -> None:
@@ -119,8 +120,15 @@ class SchedulerBase:
             self.waiting.append(i)
 
     def never_served(self, i: int) -> str:
-        """Why request `i` can never be served here (rejected on arrival), or "" when it can."""
+        """Why request `i` can never be served here (rejected on arrival), or "" when it can (the answer
+        depends only on its lengths and sample count: kept for the next request with the same)."""
         p, m = self.prompt[i], self.output[i]
+        reason = self._never.get((p, m, self.n[i]))
+        if reason is None:
+            reason = self._never[p, m, self.n[i]] = self._never_served(i, p, m)
+        return reason
+
+    def _never_served(self, i: int, p: int, m: int) -> str:
         reason = ""
         if p + m > self.max_seq_len:
             reason = f"prompt + output = {p + m} tokens exceeds the model's maximum length {self.max_seq_len}"

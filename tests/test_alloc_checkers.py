@@ -232,6 +232,8 @@ def _swap_tables(a: PagedAllocator) -> None:
 @pytest.mark.parametrize("corrupt, message", [
     (lambda a: setattr(a, "_ticking", 1), "ticking count drifted"),
     (lambda a: _ticking(a)._due.clear(), "tick lost"),
+    (lambda a: setattr(_ticking(a)._seqs[5], "due", 5), "a ticking sequence's due tick drifted"),
+    (lambda a: setattr(a._seqs[3], "due", 0), "a sequence not ticking is due"),
     (lambda a: _ticking(a)._due[1].reverse(), "ticking sequences filed out of order"),
     (lambda a: a._free.append(3), "a block appears twice in the free list"),
     (lambda a: a._ref.append(0), "high-water mark and reference counts disagree"),

@@ -42,6 +42,7 @@ class _Seq:
     chained hashes of its shareable leading blocks (prefix caching only; never mutated, so forks share
     it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`). A ticking
     sequence (`paged_window.PagedTicks`) holds `tokens` as of the allocator's clock `at` (-1: not
+    ticking) and takes its next block at the tick `due` (at + blocks x block_size - tokens; -1: not
     ticking); `key` is its place in the order they started ticking."""
 
     table: list[int]
@@ -51,6 +52,7 @@ class _Seq:
     salt: int = 0
     at: int = -1
     key: int = 0
+    due: int = -1
 
 
 class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
@@ -85,8 +87,8 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
         """Whether a sequence of `num_tokens` slots fits now, its prefix-cache hits counted (the blocks
         it misses plus the evictable blocks it hits must be free). `seq_id`: the id it will have (None: its
         own earlier blocks are not looked up)."""
-        if self._cache is None:
-            return -(-num_tokens // self.block_size) <= self.num_free_blocks
+        if self._cache is None:      # (`num_free_blocks` without a cache, inlined)
+            return -(-num_tokens // self.block_size) <= self.num_blocks - self._top + len(self._free)
         return self._hits_cost(num_tokens, block_hashes, seq_id)[1] <= self.num_free_blocks
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
@@ -178,19 +180,19 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
             raise AllocationError(f"unknown sequence id {seq_id}")
         if seq.at >= 0:                   # `_untick`, inlined
             seq.tokens += self._clock - seq.at
-            seq.at = -1
+            seq.at = seq.due = -1
             self._ticking -= 1
-        ref, cache = self._ref, self._cache
-        partial_last = seq.tokens % self.block_size != 0
-        if cache is None and not self._excess and not self._shared_partial:   # nothing is shared
-            for block in seq.table:
+        table, ref = seq.table, self._ref
+        if self._cache is None and not self._excess and not self._shared_partial:   # nothing is shared
+            for block in table:
                 ref[block] = 0
-            self._free.extend(reversed(seq.table))
+            self._free.extend(reversed(table))
         else:
-            self._release(seq.table, partial_last)
+            self._release(table, seq.tokens % self.block_size != 0)
+        held = len(table) * self.block_size
         self._sum_tokens -= seq.tokens
-        self._sum_reach -= min(seq.final, len(seq.table) * self.block_size)
-        self._sum_blocks -= len(seq.table)
+        self._sum_reach -= seq.final if seq.final < held else held
+        self._sum_blocks -= len(table)
 
     def _release(self, table: list[int], partial_last: bool) -> None:
         """Drop one reference to each block of `table`, last block first (see `free`)."""

@@ -125,9 +125,11 @@ class PagedStats:
         ticking = [s for s in self._seqs.values() if s.at >= 0]
         assert len(ticking) == self._ticking, "ticking count drifted"
         for s in ticking:
-            assert any(t is s for t in self._due.get(s.at + len(s.table) * bs - s.tokens, ())), "tick lost"
+            assert s.due == s.at + len(s.table) * bs - s.tokens, "a ticking sequence's due tick drifted"
+            assert any(t is s for t in self._due.get(s.due, ())), "tick lost"
+        assert all(s.due == -1 for s in self._seqs.values() if s.at < 0), "a sequence not ticking is due"
         for clock, due in self._due.items():
-            keys = [s.key for s in due if s.at >= 0 and s.at + len(s.table) * bs - s.tokens == clock]
+            keys = [s.key for s in due if s.due == clock]
             assert keys == sorted(keys), "ticking sequences filed out of order"
         free = set(self._free)
         assert len(free) == len(self._free), "a block appears twice in the free list"

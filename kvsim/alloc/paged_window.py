@@ -101,7 +101,7 @@ class PagedTicks:
         seq.at, seq.key = clock, self._joins
         self._joins += 1
         self._ticking += 1
-        due = clock + len(seq.table) * bs - seq.tokens
+        seq.due = due = clock + len(seq.table) * bs - seq.tokens
         waiting = self._due.get(due)
         if waiting is None:
             self._due[due] = [seq]
@@ -116,7 +116,7 @@ class PagedTicks:
     def _untick(self, seq) -> None:
         """Stop a ticking sequence's growth (its stale `_due` entry is skipped when reached)."""
         self._sync(seq)
-        seq.at = -1
+        seq.at = seq.due = -1
         self._ticking -= 1
 
     def _sync_all(self) -> None:
@@ -142,9 +142,7 @@ class PagedTicks:
         take, ref, reach = self._take, self._ref, 0
         fresh = self._top < self.num_blocks
         for k, seq in enumerate(pending):
-            table = seq.table
-            held = len(table) * bs
-            if seq.at < 0 or seq.at + held - seq.tokens != clock:
+            if seq.due != clock:
                 continue                        # stale: it stopped ticking since it was filed
             if not free:
                 self._pending = pending[k:]
@@ -152,6 +150,9 @@ class PagedTicks:
                 self._sum_reach += reach
                 return False
             free -= 1
+            table = seq.table
+            held = len(table) * bs
+            seq.due = clock + bs
             if fresh or not released:
                 table.append(take())
             else:                               # (`_take` from the released blocks, inlined)
@@ -181,7 +182,7 @@ class PagedTicks:
         rounds, rank = divmod(self.num_free_blocks, num)
         for room in range(bs):
             for s in due.get(clock + room, ()):
-                if s.at >= 0 and s.at + len(s.table) * bs - s.tokens == clock + room:
+                if s.due == clock + room:
                     rank -= 1
                     if rank < 0:
                         return min(max_steps, room + rounds * bs)
@@ -206,10 +207,11 @@ class PagedTicks:
             if crossing:
                 nxt = due.setdefault(clock + bs, [])
                 for seq in crossing:
+                    if seq.due != clock:
+                        continue                    # stale
                     table = seq.table
                     held = len(table) * bs
-                    if seq.at < 0 or seq.at + held - seq.tokens != clock:
-                        continue                    # stale
+                    seq.due = clock + bs
                     if top < nb:                    # `_take`
                         table.append(top)
                         top += 1
