@@ -189,3 +189,31 @@ def test_make_allocator_defaults_and_prefix_caching():
     assert (cached.num_blocks, cached.can_tick) == (20, False)
     contiguous = make_allocator("contiguous", 5000)
     assert (contiguous.max_seq_len, contiguous.reserve, contiguous.placement) == (2048, "max", "buddy")
+
+
+# ---- paged appends -----------------------------------------------------------------------------
+
+def test_paged_append_past_the_final_length_inside_the_last_block():
+    a = PagedAllocator(num_blocks=4, block_size=8)
+    a.allocate(1, 3, 4)                       # [0]: 3 written, final 4
+    a.allocate(2, 3, 10)                      # [1]
+    a.append(1, 2)                            # 5 written: past its final 4, which becomes 5
+    # written 5 + 3 = 8; reach min(5, 8) + min(10, 8) = 13 -> 5 to fill; 16 - 13 = 3 never filled
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation) == (8, 5, 3)
+    a.append(1)
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation) == (9, 5, 2)
+    a.check_invariants()
+
+
+def test_paged_append_of_several_slots_into_a_shared_partial_block_counts_the_copy():
+    a = PagedAllocator(num_blocks=3, block_size=4)
+    a.allocate(1, 6, 12)                      # [0, 1], block 1 half full
+    a.fork(1, 2)                              # 1 free block
+    # 4 more slots for seq 2: 10 tokens = 3 blocks, one new, plus a private copy of block 1: 2 blocks
+    assert not a.can_append(2, 4) and a.can_append(2, 2)
+    with pytest.raises(AllocationError, match="^sequence 2: 2 blocks needed, 1 free$"):
+        a.append(2, 4)
+    assert a.append(2, 2) == [(1, 2)]         # 8 tokens: the copy fills block 2, no new block
+    a.check_invariants()
