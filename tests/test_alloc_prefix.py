@@ -4,6 +4,8 @@ evictable cached blocks counted free, LRU eviction order."""
 import subprocess
 import sys
 
+import numpy as np
+
 from kvsim.alloc import PagedAllocator, chain_hashes
 
 
@@ -161,3 +163,15 @@ def test_hashes_ignored_without_prefix_caching():
     a.allocate(1, 9, 9, block_hashes=[1, 2])
     assert a.allocate(2, 9, 9, block_hashes=[1, 2]) == 0
     assert a.stats().unshared_blocks == a.stats().used_blocks == 6
+
+
+def test_both_hash_mixers_are_splitmix64():
+    """SplitMix64 seeded with 0 (Steele, Lea and Flood 2014; Vigna's splitmix64.c) outputs the finaliser
+    of k x 0x9E3779B97F4A7C15 for k = 1, 2, 3, 4; its published first outputs are these four. The
+    allocator's chained hashes use that finaliser on ints, the trace's block ids its low 63 bits."""
+    from kvsim import block_ids
+    from kvsim.alloc import prefix
+    published = [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F, 0xF88BB8A8724C81EC]
+    states = [k * 0x9E3779B97F4A7C15 % 2**64 for k in (1, 2, 3, 4)]
+    assert [prefix._mix64(s) for s in states] == published
+    assert block_ids._mix64(np.array(states, dtype=np.uint64)).tolist() == [p % 2**63 for p in published]
