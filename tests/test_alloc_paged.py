@@ -172,3 +172,43 @@ def test_memory_follows_blocks_used_not_capacity():
     a.free(1)
     assert a.num_free_blocks == 10**12
     a.check_invariants()
+
+
+def _shared_partial_pool() -> PagedAllocator:
+    """4 blocks of 4. Seq 1: 6 tokens in blocks [0, 1] (block 1 half full), forked to seq 2, so block 1
+    is a shared, partly filled block; seq 3: 4 tokens filling block 2. One block (3) is free."""
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 6, 10)
+    a.fork(1, 2)
+    a.allocate(3, 4, 8)
+    return a
+
+
+def test_append_each_with_a_shared_partial_block():
+    """Seq 1's 7th token would land in shared block 1: it is copied to the free block 3 (pair (1, 3)) and
+    seq 1 writes there; seq 2 is then block 1's only holder and writes in place; seq 3 needs a new
+    block and none is left: 2 grew. From index 1 (seq 2 at index 0 skipped) the same 2 grow."""
+    a = _shared_partial_pool()
+    copies: list[tuple[int, int]] = []
+    assert a.append_each([1, 2, 3], copies=copies) == 2
+    assert copies == [(1, 3)]
+    assert (a.block_table(1), a.block_table(2), a.block_table(3)) == ([0, 3], [0, 1], [2])
+    assert (a.num_tokens(1), a.num_tokens(2), a.num_tokens(3)) == (7, 7, 4)
+    b = _shared_partial_pool()
+    assert b.append_each([2, 1, 2, 3], start=1, copies=[]) == 2
+    assert (b.num_tokens(1), b.num_tokens(2), b.num_tokens(3)) == (7, 7, 4)
+    c = _shared_partial_pool()         # without a copies list the copy still happens; all from index 1 grow
+    assert c.append_each([3, 1, 2], start=1) == 2 and c.block_table(1) == [0, 3]
+    a.check_invariants(); b.check_invariants(); c.check_invariants()
+
+
+def test_append_each_takes_a_sequence_off_the_ticks():
+    """Seq 1 (3 tokens, final 10) joins the ticks, then grows by `append_each` instead: it leaves the
+    ticks, so the next tick writes nothing more for it (4 tokens, not 5)."""
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 3, 10)
+    a.tick_join(1)
+    assert a.append_each([1]) == 1 and a.num_tokens(1) == 4
+    a.tick()
+    assert a.num_tokens(1) == 4 and a.block_table(1) == [0]
+    a.check_invariants()
