@@ -212,3 +212,12 @@ def test_append_each_takes_a_sequence_off_the_ticks():
     a.tick()
     assert a.num_tokens(1) == 4 and a.block_table(1) == [0]
     a.check_invariants()
+
+
+def test_peak_slots_of_forked_sequences_in_whole_blocks():
+    """Blocks of 16: two samples forked from 20 tokens, each ending at 50. The one full prompt block
+    (16 slots) is shared; each sample holds ceil(50 / 16) = 4 blocks of its own view, 64 slots less the
+    shared 16: 16 + 2 x 48 = 112. One sequence: 64."""
+    a = PagedAllocator(num_blocks=64, block_size=16)
+    assert a.peak_slots(20, 50, num_seqs=2) == 112
+    assert a.peak_slots(20, 50) == 64
