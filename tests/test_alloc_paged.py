@@ -222,3 +222,32 @@ def test_peak_slots_of_forked_sequences_in_whole_blocks():
     a = PagedAllocator(num_blocks=64, block_size=16)
     assert a.peak_slots(20, 50, num_seqs=2) == 112
     assert a.peak_slots(20, 50) == 64
+
+
+def test_no_cache_allocate_edges_by_hand():
+    """Blocks of 4, no prefix cache. 6 tokens with a final length of 2 (less than written): the final
+    length is the 6 written, so nothing is reserved and 2 slots of block 1 are internal fragmentation.
+    12 tokens need 3 blocks: refused in a pool of 2. A chunked prefill holding 3 of 10 tokens takes one
+    block (block 2, after seq 1's 0 and 1)."""
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 6, 2)
+    s = a.stats()
+    assert (s.token_states, s.reserved, s.internal_fragmentation, s.free) == (6, 0, 2, 8)
+    a.check_invariants()
+    with pytest.raises(AllocationError, match="^sequence 1: 3 blocks needed, 2 free$"):
+        PagedAllocator(num_blocks=2, block_size=4).allocate(1, 12, 12)
+    a.allocate(2, 10, 12, hold_tokens=3)      # a first chunk of 3 of 10 prompt tokens: one block now
+    assert (a.num_tokens(2), a.block_table(2), a.num_free_blocks) == (3, [2], 1)
+    a.check_invariants()
+
+
+def test_a_freed_ticking_sequence_takes_no_block_at_its_old_tick():
+    """Seq 1 (3 tokens, final 10) ticks from clock 0 and would take its next block at tick 1; it is
+    freed after tick 0, so tick 1 finds its stale entry and takes nothing: all 4 blocks free."""
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 3, 10)
+    a.tick_join(1)
+    assert a.tick()
+    a.free(1)
+    assert a.tick() and a.num_free_blocks == 4
+    a.check_invariants()
