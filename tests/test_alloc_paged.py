@@ -124,6 +124,7 @@ def test_free_returns_blocks_for_reuse():
     (lambda a: a.num_tokens(9), "unknown sequence id 9"),
     (lambda a: a.fork(9, 10), "unknown sequence id 9"),
     (lambda a: a.tick_join(9), "unknown sequence id 9"),
+    (lambda a: a.allocate(2, 4, 4, hold_tokens=0), "sequence 2: hold_tokens 0 outside 1..4"),
     (lambda a: a.fork(1, 1), "sequence id 1 is already allocated"),
     (lambda a: a.allocate(1, 2, 2), "sequence id 1 is already allocated"),
     (lambda a: a.allocate(2, 0, 2), "num_tokens must be >= 1"),
