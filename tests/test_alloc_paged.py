@@ -252,3 +252,15 @@ def test_a_freed_ticking_sequence_takes_no_block_at_its_old_tick():
     a.free(1)
     assert a.tick() and a.num_free_blocks == 4
     a.check_invariants()
+
+
+def test_append_each_stops_at_an_unknown_sequence():
+    """Seqs 1 and 2 (3 tokens each, blocks of 4) grow to 4 before the unknown id 9 stops the call; the
+    token count stays consistent."""
+    a = PagedAllocator(num_blocks=4, block_size=4)
+    a.allocate(1, 3, 3)
+    a.allocate(2, 3, 3)
+    with pytest.raises(AllocationError, match="^unknown sequence id 9$"):
+        a.append_each([1, 2, 9])
+    assert (a.num_tokens(1), a.num_tokens(2), a.stats().token_states) == (4, 4, 8)
+    a.check_invariants()
