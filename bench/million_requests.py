@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(trace: Path, tmp: Path, out: bool) -> dict:
     """One `kvsim run` in a fresh process: wall seconds, steps, peak RSS (MiB)."""
     summary = tmp / "s.json"
-    cmd = [sys.executable, "-m", "kvsim.cli", "run", str(trace), "--kv-gib", "12", "--quiet",
+    cmd = [sys.executable, "-m", "kvsim.cli.app", "run", str(trace), "--kv-gib", "12", "--quiet",
            "--json", str(summary)] + (["--out", str(tmp / "out")] if out else [])
     code = ("import resource, subprocess, sys, time\nt = time.perf_counter()\n"
             "subprocess.run(sys.argv[1:], check=True)\n"
@@ -46,8 +46,8 @@ def main() -> None:
     ap.add_argument("--out", action="store_true", help="also write --out DIR (steps.csv streamed)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from kvsim.trace_jsonl import write_jsonl
-    from kvsim.tracegen import generate
+    from kvsim.trace.jsonl import write_jsonl
+    from kvsim.trace.synthetic import generate
 
     print("requests | finished | engine steps | wall s | peak RSS MiB")
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,10 +38,10 @@ QUICK_EXAMPLES = 25
 #: property runs (fast-forward equivalence) are left out, and the allocator state machines run
 #: QUICK_EXAMPLES derandomized examples (KVSIM_QUICK_EXAMPLES) instead of 250.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
-    "metrics": (["kvsim/metrics.py"],
+    "metrics": (["kvsim/engine/metrics.py"],
                 ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py",
                  "tests/test_step_log_by_hand.py"]),
-    "scheduler": (["kvsim/scheduler.py", "kvsim/preemption.py"],
+    "scheduler": (["kvsim/engine/scheduler.py", "kvsim/engine/preemption.py"],
                   ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step.py",
                    "tests/test_reference_engine.py", "tests/test_multi_seq_preemption.py",
                    "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py",
@@ -58,12 +58,13 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                # by hand: fault injection into the checkers, ticks, windows, refork, placement edges
                "tests/test_alloc_checkers.py", "tests/test_alloc_ticks.py", "tests/test_alloc_windows.py",
                "tests/test_alloc_placement.py", "tests/test_alloc_contiguous_edges.py"]),
-    "cost": (["kvsim/cost.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py",
-                                 "tests/test_cost_profiles.py"]),
-    "specs": (["kvsim/specs.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
+    "cost": (["kvsim/cost/roofline.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py",
+                                       "tests/test_cost_profiles.py"]),
+    "specs": (["kvsim/specs/model.py", "kvsim/specs/gpu.py", "kvsim/specs/presets.py",
+               "kvsim/specs/deployment.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
                                    "tests/test_specs_validation.py", "tests/test_specs_bounds.py"]),
-    "trace": (["kvsim/trace_formats.py", "kvsim/trace_jsonl.py", "kvsim/trace_jsonl_record.py",
-               "kvsim/trace_text.py"],        # the readers, not kvsim/trace.py
+    "trace": (["kvsim/trace/formats.py", "kvsim/trace/jsonl.py", "kvsim/trace/jsonl_record.py",
+               "kvsim/trace/text.py"],        # the readers, not kvsim/trace/table.py
               ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_trace_readers.py",
                "tests/test_bad_input.py", "tests/test_cli_trace.py"]),
 }

@@ -22,10 +22,10 @@ ALLOCATORS = ("paged", "contiguous")
 
 
 def one(preset: str, allocator: str, duration: float, profile: bool, fast_forward: bool) -> dict:
-    from kvsim.config import CacheConfig, SimConfig
-    from kvsim.sim import simulate
+    from kvsim.engine.config import CacheConfig, SimConfig
+    from kvsim.engine.sim import simulate
     from kvsim.specs import Deployment, get_gpu, get_model
-    from kvsim.tracegen import generate
+    from kvsim.trace.synthetic import generate
 
     trace = generate(preset, rate_rps=WORKLOADS[preset], duration_s=duration, seed=0)
     cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")),

@@ -27,10 +27,15 @@ WORKLOADS = {"sharegpt": 2.0, "alpaca": 30.0}
 ONE = r"""
 import hashlib, json, sys
 import numpy as np
-from kvsim.config import CacheConfig, SimConfig
-from kvsim.sim import simulate
+try:                                  # the layout since issue 17
+    from kvsim.engine.config import CacheConfig, SimConfig
+    from kvsim.engine.sim import simulate
+    from kvsim.trace.synthetic import generate
+except ImportError:                   # the flat layout of older commits
+    from kvsim.config import CacheConfig, SimConfig
+    from kvsim.sim import simulate
+    from kvsim.tracegen import generate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.tracegen import generate
 preset, rate, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 trace = generate(preset, rate_rps=rate, duration_s=duration, seed=0)
 import dataclasses

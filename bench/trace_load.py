@@ -10,8 +10,8 @@ import tempfile
 import time
 import tracemalloc
 
-from kvsim.trace_jsonl import read_jsonl, write_jsonl
-from kvsim.tracegen import generate
+from kvsim.trace.jsonl import read_jsonl, write_jsonl
+from kvsim.trace.synthetic import generate
 
 NUM = 1_000_000
 

@@ -47,10 +47,10 @@ def main() -> None:
         print(f"skipped: {TRACE} is not here")
         return
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    kvsim = [sys.executable, "-m", "kvsim.cli", "run", str(TRACE), "--max-requests", str(args.n), "--quiet"]
+    kvsim = [sys.executable, "-m", "kvsim.cli.app", "run", str(TRACE), "--max-requests", str(args.n), "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:
         workload = Path(tmp) / "d.json"
-        from kvsim.trace_formats import load_trace
+        from kvsim.trace.formats import load_trace
 
         trace = load_trace(TRACE).head(args.n)
         workload.write_text(json.dumps([

@@ -5,7 +5,7 @@ Grid: `paged_decode` at block sizes 8, 16, 32 with sequential and permuted block
 so no L2 reuse between sequences), `contiguous_decode` (same heuristics, no indirection) and `store_kv`
 (scattered unique slots). Measurement `bytes` is the full HBM traffic of KERNELS.md section 5.
 
-Fit, in the units kvsim/cost.py uses (per layer; rates are bytes of KV, K and V, per second):
+Fit, in the units kvsim/cost/roofline.py uses (per layer; rates are bytes of KV, K and V, per second):
 - `decode_attn_*`: least squares of contiguous-kernel time on KV bytes read (batch x context x K+V bytes
   per token); Q/O and split partials fall into the fixed term;
 - `paged_overhead[bs]`: geometric mean over points of paged (permuted table) / contiguous time, since a

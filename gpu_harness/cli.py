@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from kvsim.cli_errors import KvsimGroup
+from kvsim.cli.errors import KvsimGroup
 from kvsim.files import check_output_file, write_text_atomic
 
 harness_app = typer.Typer(cls=KvsimGroup, help="Triton KV-cache kernels on a GPU (or the CPU interpreter): "
@@ -153,9 +153,9 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
     import torch
 
     from gpu_harness.replay import TINY, ReplayShape, replay as run_replay
-    from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
+    from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
     from kvsim.specs import Deployment, get_gpu, get_model
-    from kvsim.trace_formats import load_trace
+    from kvsim.trace.formats import load_trace
     try:
         if json_out is not None:
             check_output_file(json_out, "--json")
@@ -207,7 +207,7 @@ def _predicted_blocks(trace, cfg, expect: Path | None) -> list[int]:
         except (OSError, KeyError, ValueError) as exc:
             raise ValueError(f"{expect}: cannot read used_blocks from it ({exc})") from None
     try:
-        from kvsim.sim import simulate
+        from kvsim.engine.sim import simulate
     except ImportError as exc:
         raise ValueError(f"cannot run the simulator here ({exc}); pass --expect with the steps.csv "
                          "of `kvsim run --out` for the same trace and flags") from None

@@ -1,5 +1,5 @@
 """KV-cache layout and kernel inputs built from allocator state (block ids per sequence), including
-the one place a kvsim step plan (`kvsim.step.StepPlan`) becomes kernel inputs (`plan_writes`,
+the one place a kvsim step plan (`kvsim.engine.step.StepPlan`) becomes kernel inputs (`plan_writes`,
 `plan_decodes`, `copy_mapping`).
 
 Caches are NHD: `[num_blocks, block_size, kv_heads, head_dim]`, one tensor for K and one for V (as vLLM's

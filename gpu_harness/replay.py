@@ -1,6 +1,6 @@
 """Replay a trace on a real KV pool, driven block for block by kvsim's own step function.
 
-Each engine step is the simulator's: `kvsim.step.Stepper.step` schedules, times and finishes it (no
+Each engine step is the simulator's: `kvsim.engine.step.Stepper.step` schedules, times and finishes it (no
 SimPy here; arrivals are added before each step) and returns its plan with the block tables of the
 live sequences. `gpu_harness.layout` turns the plan into kernel inputs: its copy-on-write pairs run
 through `copy_blocks`, its new tokens' K/V (random) are written with `store_kv` through slot mappings
@@ -34,10 +34,11 @@ from gpu_harness import layout
 from gpu_harness.kernels import copy_blocks, paged_decode, store_kv
 from gpu_harness.pool_audit import audit_pool
 from gpu_harness.reference import ref_attention
-from kvsim.config import SimConfig, build_run
+from kvsim.engine.config import SimConfig
+from kvsim.engine.build import build_run
 from kvsim.specs import ModelSpec
-from kvsim.step import Stepper
-from kvsim.trace import Trace
+from kvsim.engine.step import Stepper
+from kvsim.trace.table import Trace
 
 
 @dataclass(frozen=True, slots=True)

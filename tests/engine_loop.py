@@ -1,12 +1,12 @@
 """The engine's loop without SimPy, for tests that look at every step: arrivals are added before each
 step, idle time jumps to the next arrival, and a fast-forward window follows a step when one applies."""
 
-from kvsim.step import Stepper
+from kvsim.engine.step import Stepper
 
 
 def engine_steps(trace, parts):
     """Yield ("step", plan) after each step and ("window", window) after each window until the trace's
-    requests are all done; `parts` is `kvsim.config.build_run(trace, cfg)`."""
+    requests are all done; `parts` is `kvsim.engine.build.build_run(trace, cfg)`."""
     sched = parts.scheduler
     stepper = Stepper(sched, parts.cost, trace.arrival_s.tolist())
     now, nxt = 0.0, 0

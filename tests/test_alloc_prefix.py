@@ -169,7 +169,7 @@ def test_both_hash_mixers_are_splitmix64():
     """SplitMix64 seeded with 0 (Steele, Lea and Flood 2014; Vigna's splitmix64.c) outputs the finaliser
     of k x 0x9E3779B97F4A7C15 for k = 1, 2, 3, 4; its published first outputs are these four. The
     allocator's chained hashes use that finaliser on ints, the trace's block ids its low 63 bits."""
-    from kvsim import block_ids
+    from kvsim.trace import block_ids
     from kvsim.alloc import prefix
     published = [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F, 0xF88BB8A8724C81EC]
     states = [k * 0x9E3779B97F4A7C15 % 2**64 for k in (1, 2, 3, 4)]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import kvsim.cli
-import kvsim.sim
-from kvsim.cli import app
+import kvsim.cli.app
+import kvsim.engine.sim
+from kvsim.cli.app import app
 
 runner = CliRunner()
 ROW = '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 3}\n'
@@ -75,7 +75,7 @@ def test_bad_input_is_one_message_and_exit_2(tmp_path, monkeypatch, args, messag
     if "-o " in args or "--out" in args or "--json" in args or "--" not in args:   # files: refused up front
         def no_simulation(*a, **k):
             raise AssertionError("simulated although the input was bad")
-        monkeypatch.setattr(kvsim.sim, "simulate", no_simulation)
+        monkeypatch.setattr(kvsim.engine.sim, "simulate", no_simulation)
     names = {k: str(v) for k, v in files(tmp_path).items()} | {"tmp": str(tmp_path)}
     res = runner.invoke(app, args.format(**names).split())
     assert res.exit_code == 2, res.output
@@ -103,7 +103,7 @@ def test_largest_capacities_run(tmp_path):
 def test_a_kvsim_bug_is_one_line_and_exit_1(tmp_path, monkeypatch):
     def bug(*a, **k):
         return {}["missing"]
-    monkeypatch.setattr(kvsim.sim, "simulate", bug)
+    monkeypatch.setattr(kvsim.engine.sim, "simulate", bug)
     res = runner.invoke(app, ["run", str(files(tmp_path)["ok"]), "--kv-gib", "1", "--quiet"])
     assert res.exit_code == 1
     assert res.output.startswith("error: internal error, please report it: KeyError: 'missing' (at ")

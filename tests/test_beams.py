@@ -1,4 +1,4 @@
-"""Beam search (kvsim/beams.py): the seeded death model, a two-beam case computed by hand through the
+"""Beam search (kvsim/engine/beams.py): the seeded death model, a two-beam case computed by hand through the
 step plan (blocks used, copies, frees), contiguous per-beam reservations, and the run-level wiring
 (flag, config.json, summary, fast-forward)."""
 
@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from kvsim.beams import BeamModel
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
-from kvsim.cost import ConstantCost
-from kvsim.sim import simulate
+from kvsim.engine.beams import BeamModel
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.build import build_run
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.step import Stepper
-from kvsim.trace import Trace
+from kvsim.engine.step import Stepper
+from kvsim.trace.table import Trace
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 
@@ -125,7 +126,7 @@ def test_beams_share_more_than_samples_and_fast_forward_stays_exact():
 def test_cli_records_the_death_rate_and_refuses_a_bad_one(tmp_path):
     from typer.testing import CliRunner
 
-    from kvsim.cli import app
+    from kvsim.cli.app import app
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"arrival_s": 0, "prompt_tokens": 20, "output_tokens": 30, "beam_width": 3}\n')
     r = CliRunner().invoke(app, ["run", str(trace), "--kv-gib", "1", "--beam-death-rate", "0.5", "--quiet",

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kvsim.cli import app
+from kvsim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "traces" / "tiny.jsonl"
@@ -72,7 +72,7 @@ def test_run_is_deterministic_across_processes(tmp_path):
     res = runner.invoke(app, args + [str(tmp_path / "a.json")])
     assert res.exit_code == 0, res.output
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "kvsim.cli", *args, str(tmp_path / "b.json")], env=env,
+    proc = subprocess.run([sys.executable, "-m", "kvsim.cli.app", *args, str(tmp_path / "b.json")], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))

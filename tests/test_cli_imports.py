@@ -5,18 +5,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvsim import cli_trace
-from kvsim.trace_formats import FORMATS
-from kvsim.tracegen import PRESETS
+from kvsim.cli import trace as cli_trace
+from kvsim.trace.formats import FORMATS
+from kvsim.trace.synthetic import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("numpy", "pandas", "rich", "simpy", "torch", "triton")
 
 
 def test_help_loads_no_heavy_module():
-    code = ("import sys\nfrom typer.testing import CliRunner\nimport kvsim.cli\n"
+    code = ("import sys\nfrom typer.testing import CliRunner\nimport kvsim.cli.app\n"
             "for args in (['--help'], ['run', '--help'], ['trace', 'gen', '--help'], ['harness', '--help']):\n"
-            "    assert CliRunner().invoke(kvsim.cli.app, args).exit_code == 0, args\n"
+            "    assert CliRunner().invoke(kvsim.cli.app.app, args).exit_code == 0, args\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
                          stdout=subprocess.PIPE, env={"PYTHONPATH": str(ROOT), "PATH": ""}).stdout
@@ -29,20 +29,20 @@ def test_help_names_match_the_modules():
 
 
 def test_lazy_commands_are_listed_as_if_loaded():
-    """`kvsim --help` lists the lazy commands from kvsim.cli_lazy.LAZY without importing them; at
+    """`kvsim --help` lists the lazy commands from kvsim.cli.lazy.LAZY without importing them; at
     every width the list must read exactly as it does once every command is loaded."""
-    code = ("import sys\nfrom typer.testing import CliRunner\nimport typer.main\nimport kvsim.cli\n"
-            "from kvsim.cli_lazy import LAZY\n"
-            "group = typer.main.get_command(kvsim.cli.app)\n"
+    code = ("import sys\nfrom typer.testing import CliRunner\nimport typer.main\nimport kvsim.cli.app\n"
+            "from kvsim.cli.lazy import LAZY\n"
+            "group = typer.main.get_command(kvsim.cli.app.app)\n"
             "def listing(width):\n"
             "    ctx = group.make_context('kvsim', [], max_content_width=width, resilient_parsing=True)\n"
             "    return group.get_help(ctx)\n"
             "lazy = [listing(w) for w in (60, 80, 200)]\n"
-            "assert not {'kvsim.cli_plan', 'kvsim.cli_report', 'kvsim.cli_trace', 'gpu_harness.cli'}"
+            "assert not {'kvsim.cli.plan', 'kvsim.cli.report', 'kvsim.cli.trace', 'gpu_harness.cli'}"
             " & set(sys.modules)\n"
             "for name in LAZY:\n"
             "    group.get_command(None, name)\n"
-            "assert 'kvsim.cli_plan' in sys.modules\n"
+            "assert 'kvsim.cli.plan' in sys.modules\n"
             "loaded = [listing(w) for w in (60, 80, 200)]\n"
             "assert lazy == loaded, (lazy, loaded)\n"
             "print(lazy[2])\nprint(len(lazy[2].splitlines()))")
@@ -57,7 +57,7 @@ def test_lazy_commands_are_listed_as_if_loaded():
 def test_lazy_command_runs_and_reports_bad_input():
     """A lazily loaded command runs under the root's error policy: bad input is one line, exit 2."""
     from typer.testing import CliRunner
-    import kvsim.cli
-    result = CliRunner().invoke(kvsim.cli.app, ["trace", "stats", "no-such-file.jsonl"])
+    import kvsim.cli.app
+    result = CliRunner().invoke(kvsim.cli.app.app, ["trace", "stats", "no-such-file.jsonl"])
     assert result.exit_code == 2
     assert "no-such-file.jsonl" in result.output and "Traceback" not in result.output

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kvsim.cli import app
-from kvsim.trace_jsonl import read_jsonl
+from kvsim.cli.app import app
+from kvsim.trace.jsonl import read_jsonl
 
 runner = CliRunner()
 

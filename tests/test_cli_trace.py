@@ -1,12 +1,12 @@
-"""`kvsim trace gen|convert|stats` through typer's CliRunner, mounted as kvsim.cli will mount it."""
+"""`kvsim trace gen|convert|stats` through typer's CliRunner, mounted as kvsim.cli.app will mount it."""
 
 import json
 
 import typer
 from typer.testing import CliRunner
 
-from kvsim.cli_trace import trace_app
-from kvsim.trace_jsonl import read_jsonl
+from kvsim.cli.trace import trace_app
+from kvsim.trace.jsonl import read_jsonl
 
 app = typer.Typer()
 app.add_typer(trace_app, name="trace")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from kvsim.cli import app
+from kvsim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "traces" / "tiny.jsonl"

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim import cost
-from kvsim.cost import ConstantCost, CostModel, default_paged_overhead
+from kvsim.cost import roofline as cost
+from kvsim.cost.roofline import ConstantCost, CostModel, default_paged_overhead
 from kvsim.specs import Deployment, GpuSpec, ModelSpec, get_gpu, get_model
 
 # 2 layers, 4 heads of 16: KV = 2 x 2 x 4 x 16 x 2 bytes = 512 bytes per token; 1e6 params = 2e6 bytes.

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from kvsim.calibration import Calibration, load_calibration
-from kvsim.cost import CostModel
+from kvsim.cost.calibration import Calibration, load_calibration
+from kvsim.cost.roofline import CostModel
 from kvsim.specs import Deployment, GpuSpec, ModelSpec
 
 TINY = ModelSpec("tiny", 2, 64, 4, 4, 16, 2, 1024, 1e6)          # 512 bytes of KV per token

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvsim.cost import CostModel
+from kvsim.cost.roofline import CostModel
 from kvsim.specs import Deployment, ModelSpec, get_gpu
 
 PROFILES = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "vidur-profiles"

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from kvsim.cost import ConstantCost
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.sim import simulate
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 C = 0.5  # seconds per step
 

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import kvsim.sim
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.cost import ConstantCost
-from kvsim.engine import Engine, _delay
-from kvsim.sim import simulate
+import kvsim.engine.sim
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.loop import Engine, _delay
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 
@@ -66,7 +66,7 @@ class TwoProcessEngine(Engine):
 def _same_as_two_processes(trace, cfg, cost, fast_forward):
     a = simulate(trace, cfg, cost=cost, fast_forward=fast_forward)
     patch = pytest.MonkeyPatch()
-    patch.setattr(kvsim.sim, "Engine", TwoProcessEngine)
+    patch.setattr(kvsim.engine.sim, "Engine", TwoProcessEngine)
     try:
         b = simulate(trace, cfg, cost=cost, fast_forward=fast_forward)
     finally:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvsim import profiles
-from kvsim.cli import app
-from kvsim.cost import CostModel
-from kvsim.engine_fit import fit_cpu, read_cpu_times
-from kvsim.profiles import PROFILES, get_profile
+from kvsim.cost import profiles
+from kvsim.cli.app import app
+from kvsim.cost.roofline import CostModel
+from kvsim.cost.profile_fit import fit_cpu, read_cpu_times
+from kvsim.cost.profiles import PROFILES, get_profile
 from kvsim.specs import Deployment, get_gpu, get_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,12 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.cost import ConstantCost, CostModel
-from kvsim.profiles import PROFILES
-from kvsim.sim import simulate
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.cost.roofline import ConstantCost, CostModel
+from kvsim.cost.profiles import PROFILES
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 C = 1.0
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))

@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
-from kvsim.cost import ConstantCost
-from kvsim.sim import simulate
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.build import build_run
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
-from kvsim.trace_formats import load_trace
+from kvsim.trace.table import Trace
+from kvsim.trace.formats import load_trace
 
 from engine_loop import engine_steps
 

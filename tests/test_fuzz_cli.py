@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kvsim.cli import app
+from kvsim.cli.app import app
 from kvsim.files import INCOMPLETE_MARKER, is_complete_result
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Lazy decode steps (kvsim/lazy_decode.py, the allocator's ticks) are exact: stepped side by side with
+"""Lazy decode steps (kvsim/engine/lazy_decode.py, the allocator's ticks) are exact: stepped side by side with
 the scheduler's per-sequence path (`_lazy` off), every plan, every block table and every request's
 state is the same after each step, under preemption by recompute and swap, mixed and separate
 prefill steps, queueing and windows; and the lazy path is what the presets' configuration runs."""
@@ -8,9 +8,10 @@ import dataclasses
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.build import build_run
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 from engine_loop import engine_steps
 from quick_examples import examples

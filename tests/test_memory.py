@@ -16,7 +16,7 @@ CEILING_MIB = 400
 # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec from the forking (pytest) process
 _MEASURE = """
 import re, sys
-from kvsim.cli import app
+from kvsim.cli.app import app
 try:
     app(sys.argv[1:], prog_name="kvsim")
 except SystemExit as exc:
@@ -45,7 +45,7 @@ def test_largest_capacity_runs_in_bounded_memory(tmp_path, capacity):
 @pytest.mark.long
 def test_100k_requests_with_out_in_bounded_memory_whatever_the_capacity(tmp_path):
     trace = tmp_path / "alpaca_100k.jsonl"
-    subprocess.run([sys.executable, "-m", "kvsim.cli", "trace", "gen", "--preset", "alpaca", "--num-requests",
+    subprocess.run([sys.executable, "-m", "kvsim.cli.app", "trace", "gen", "--preset", "alpaca", "--num-requests",
                     "100000", "--rate", "30", "-o", str(trace)], check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True)
     peaks = {}

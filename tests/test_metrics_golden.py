@@ -11,11 +11,11 @@ memory fractions averaged per step instead of weighted by step time.
 import numpy as np
 import pytest
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.cost import ConstantCost
-from kvsim.sim import simulate
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 

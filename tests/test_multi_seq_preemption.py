@@ -4,9 +4,10 @@ sample's own outputs (so samples share only the prompt again, never outputs they
 
 from dataclasses import replace
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.build import build_run
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 # B: prompt 8, 8 outputs (peaks at 15 tokens = 4 blocks of 4); A, admitted after B: prompt 8, n = 2,
 # 4 outputs (peaks at 11 tokens: 2 shared prompt blocks + 1 own block per sample = 4 blocks).

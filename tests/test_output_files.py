@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import kvsim.cli
-import kvsim.sim
+import kvsim.cli.app
+import kvsim.engine.sim
 import kvsim.files
-from kvsim.cli import app
+from kvsim.cli.app import app
 from kvsim.files import INCOMPLETE_MARKER, atomic_write, is_complete_result, write_text_atomic
 
 TINY = Path(__file__).resolve().parents[1] / "traces" / "tiny.jsonl"
@@ -101,7 +101,7 @@ def test_ctrl_c_at_any_write_leaves_no_folder_that_looks_complete(tmp_path, monk
 def test_ctrl_c_while_simulating_creates_no_folder(tmp_path, monkeypatch):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(kvsim.sim, "simulate", interrupted)
+    monkeypatch.setattr(kvsim.engine.sim, "simulate", interrupted)
     res = _run(tmp_path / "never", ["--json", str(tmp_path / "s.json")])
     assert res.exit_code == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == []
@@ -115,7 +115,7 @@ def test_ctrl_c_after_steps_were_streamed_leaves_no_temporary_file(tmp_path, mon
         step_sink({"time_s": np.array([0.5]), "batch_size": np.array([3])})   # one chunk streamed
         assert any(p.name.endswith(".tmp") for p in tmp_path.rglob("*"))
         raise KeyboardInterrupt
-    monkeypatch.setattr(kvsim.sim, "simulate", interrupted)
+    monkeypatch.setattr(kvsim.engine.sim, "simulate", interrupted)
     res = _run(tmp_path / "out")
     assert res.exit_code == 130
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []

@@ -141,6 +141,6 @@ def test_api_docstring_examples_run():
     import importlib
 
     for name in ("kvsim", "kvsim.planning.runs", "kvsim.planning.sweep", "kvsim.planning.capacity",
-                 "kvsim.planning.rate", "kvsim.trace"):
+                 "kvsim.planning.rate", "kvsim.trace.table"):
         result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, name

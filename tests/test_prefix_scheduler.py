@@ -2,11 +2,11 @@
 recomputation after preemption), the hit rate is hit tokens / prompt tokens, blocks registered at
 scheduling time serve a request admitted later in the same step."""
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.cost import ConstantCost
-from kvsim.sim import simulate
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 
 def _run(trace: Trace, num_blocks: int, **sched) -> dict:

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 import kvsim
-from kvsim.cli import app
+from kvsim.cli.app import app
 from kvsim.planning import figures
 from kvsim.planning.paper import QUICK, capacity, run_paper
 from kvsim.planning.paper_report import paper_report

@@ -1,4 +1,4 @@
-"""Independent sample lengths (kvsim/samples.py): a hand-computed three-sample request whose shorter
+"""Independent sample lengths (kvsim/engine/samples.py): a hand-computed three-sample request whose shorter
 samples end early and free their own blocks, the `uniform` mode, the fast-forward staying exact, and
 the trace field `output_tokens_per_sample` (reader, writer, one-line errors)."""
 
@@ -8,15 +8,16 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from kvsim.cli import app
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
-from kvsim.cost import ConstantCost
-from kvsim.samples import sample_ends
-from kvsim.sim import simulate
+from kvsim.cli.app import app
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.build import build_run
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.samples import sample_ends
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.step import Stepper
-from kvsim.trace import Trace
-from kvsim.trace_jsonl import read_jsonl, write_jsonl
+from kvsim.engine.step import Stepper
+from kvsim.trace.table import Trace
+from kvsim.trace.jsonl import read_jsonl, write_jsonl
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""The continuous-batching scheduler (kvsim/scheduler.py, kvsim/preemption.py) on tiny pools, every
+"""The continuous-batching scheduler (kvsim/engine/scheduler.py, kvsim/engine/preemption.py) on tiny pools, every
 number worked out by hand in the docstrings: swap-out and swap-in order and counts, swap space and its
 fallback to recompute, preemption victims and recomputed tokens (one and several sequences), chunked
 prefill budget splits, admission limits (max_num_seqs, token budget, memory, forks that do not fit),
@@ -14,10 +14,10 @@ import pytest
 
 from kvsim.alloc.contiguous import ContiguousAllocator
 from kvsim.alloc.paged import PagedAllocator
-from kvsim.config import SchedulerConfig
-from kvsim.scheduler import Scheduler
-from kvsim.step import LIMITS
-from kvsim.trace import Trace
+from kvsim.engine.config import SchedulerConfig
+from kvsim.engine.scheduler import Scheduler
+from kvsim.engine.step import LIMITS
+from kvsim.trace.table import Trace
 
 KV, SEQS, BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seqs", "token_budget"))
 FIELDS = ("prefills", "decodes", "decode_seqs", "decode_context_tokens", "preempted", "swapped_out",
@@ -27,7 +27,7 @@ FIELDS = ("prefills", "decodes", "decode_seqs", "decode_context_tokens", "preemp
 def _sched(prompts, outputs, alloc, *, n=1, lazy=False, swap_tokens=0, block_ids=None, per_sample=None,
            **cfg) -> Scheduler:
     """A scheduler with every request queued at 0 (max_seq_len 64); `lazy` False forces the
-    per-sequence decode path (kvsim/lazy_decode.py is exact, tests/test_lazy_decode.py)."""
+    per-sequence decode path (kvsim/engine/lazy_decode.py is exact, tests/test_lazy_decode.py)."""
     cfg.setdefault("chunked_prefill", False)
     trace = Trace.from_arrays([0.0] * len(prompts), prompts, outputs, n=n, output_tokens_per_sample=per_sample)
     s = Scheduler(trace, alloc, SchedulerConfig(**cfg), max_seq_len=64, swap_tokens=swap_tokens,

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from kvsim.specs import GIB, Deployment, GpuSpec, ModelSpec, get_gpu, get_model
-from kvsim.specs import _m as preset_entry   # the MODELS table's builder
+from kvsim.specs.presets import _m as preset_entry
 
 # 2 layers x 2 KV heads x 16 dims x 2 bytes x K and V = 256 bytes of KV per token; 1e6 params = 2e6 B.
 TOY = ModelSpec("toy", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,

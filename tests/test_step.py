@@ -1,11 +1,12 @@
-"""The step plan (kvsim/step.py), hand-computed: what runs, every allocator call the scheduler made,
+"""The step plan (kvsim/engine/step.py), hand-computed: what runs, every allocator call the scheduler made,
 swaps, preemptions, finishes, memory during the step and its timing, without SimPy."""
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig, build_run
-from kvsim.cost import ConstantCost
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.build import build_run
+from kvsim.cost.roofline import ConstantCost
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.step import Stepper
-from kvsim.trace import Trace
+from kvsim.engine.step import Stepper
+from kvsim.trace.table import Trace
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 

@@ -5,12 +5,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvsim import metrics
-from kvsim.config import CacheConfig, SimConfig
-from kvsim.output import StepsCsv
-from kvsim.sim import simulate
+from kvsim.engine import metrics
+from kvsim.engine.config import CacheConfig, SimConfig
+from kvsim.cli.output import StepsCsv
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.tracegen import generate
+from kvsim.trace.synthetic import generate
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kvsim import metrics
+from kvsim.engine import metrics
 from kvsim.alloc.base import MemoryStats
-from kvsim.metrics import STEP_COLUMNS, StepLog, summarize
-from kvsim.request_state import FINISHED, REJECTED
-from kvsim.step import StepPlan
+from kvsim.engine.metrics import STEP_COLUMNS, StepLog, summarize
+from kvsim.engine.request_state import FINISHED, REJECTED
+from kvsim.engine.step import StepPlan
 
 
 def mem(tokens, reserved, internal, free, used, unshared, external=0):

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvsim.trace import Trace, TraceError
-from kvsim.trace_jsonl import _read_by_line, read_jsonl, write_jsonl
+from kvsim.trace.table import Trace, TraceError
+from kvsim.trace.jsonl import _read_by_line, read_jsonl, write_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1}'
@@ -81,7 +81,7 @@ def test_prompt_block_ids_from_prefix_groups_and_none():
 def test_block_ids_are_stable_across_processes():
     import subprocess
     import sys
-    code = ("from kvsim.trace import Trace; t = Trace.from_arrays([0], [64], [1], prefix_group=['g'], "
+    code = ("from kvsim.trace.table import Trace; t = Trace.from_arrays([0], [64], [1], prefix_group=['g'], "
             "prefix_tokens=[64], source='x'); print(t.prompt_block_ids(0, 16))")
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": str(s)}).stdout for s in (1, 2)}

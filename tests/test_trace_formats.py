@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvsim.trace import TraceError
-from kvsim.trace_formats import detect_format, load_trace, read_trace
+from kvsim.trace.table import TraceError
+from kvsim.trace.formats import detect_format, load_trace, read_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
@@ -99,7 +99,7 @@ SHARED_FILES = {  # file: (format, requests)
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is absent")
 @pytest.mark.parametrize("name", sorted(SHARED_FILES))
 def test_every_shared_trace_converts(name, tmp_path):
-    from kvsim.trace_jsonl import read_jsonl, write_jsonl
+    from kvsim.trace.jsonl import read_jsonl, write_jsonl
     fmt, rows = SHARED_FILES[name]
     assert detect_format(SHARED / name) == fmt
     t, report = read_trace(SHARED / name)
@@ -122,7 +122,7 @@ def test_shared_azure_conv_matches_its_readme():
 
 def test_mooncake_hash_ids_in_kvsim_jsonl_are_read_as_512_token_blocks(tmp_path):
     from pathlib import Path
-    from kvsim.trace_jsonl import read_jsonl
+    from kvsim.trace.jsonl import read_jsonl
     excerpt = Path(__file__).parents[1] / "traces" / "mooncake_conversation_excerpt.jsonl"
     t = read_jsonl(excerpt)
     assert t.hash_block_size == 512                      # 6758 tokens, 14 hashes: ceil(6758 / 512)

@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from kvsim import trace_jsonl
-from kvsim.trace import Trace, TraceError
-from kvsim.trace_formats import detect_format, load_trace, read_trace
+from kvsim.trace import jsonl as trace_jsonl
+from kvsim.trace.table import Trace, TraceError
+from kvsim.trace.formats import detect_format, load_trace, read_trace
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 JSONL_ROW = '{"arrival_s": 0, "prompt_tokens": 600, "output_tokens": 1, "block_hashes": [1, 2]}\n'

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kvsim.tracegen import generate, sample_lengths
+from kvsim.trace.synthetic import generate, sample_lengths
 
 TARGETS = {"sharegpt": (161.31, 337.99), "alpaca": (19.31, 58.45)}
 
@@ -46,7 +46,7 @@ def test_generate_options():
 
 
 def test_few_shot_prefix_is_shared_by_every_request():
-    from kvsim.tracegen import generate
+    from kvsim.trace.synthetic import generate
     t = generate("alpaca", num_requests=50, shared_prefix_tokens=80, seed=3)
     plain = generate("alpaca", num_requests=50, seed=3, max_len=2048 - 80)
     assert (t.prompt_tokens == plain.prompt_tokens + 80).all()
@@ -57,7 +57,7 @@ def test_few_shot_prefix_is_shared_by_every_request():
 def test_few_shot_prefix_hits_every_request_after_the_first(tmp_path):
     from typer.testing import CliRunner
     import json
-    from kvsim.cli import app
+    from kvsim.cli.app import app
     out = tmp_path / "t.jsonl"
     r = CliRunner().invoke(app, ["trace", "gen", "--preset", "alpaca", "--num-requests", "20", "--rate", "0.5",
                                  "--shared-prefix", "341", "-o", str(out)])

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.cost import ConstantCost
-from kvsim.sim import simulate
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.cost.roofline import ConstantCost
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 DATA = Path(__file__).parent / "data" / "vllm_oracle"
 GOLDEN = DATA / "golden_vllm_0.33.0.json.gz"

@@ -1,6 +1,8 @@
 """KV-cache allocators: paged (blocks, sharing, prefix caching) and contiguous (one extent per sequence).
 
-`make_allocator` builds one from the run's settings; capacities are in token slots.
+`make_allocator` builds one from the run's settings; capacities are in token slots. Plain Python that
+imports nothing else of kvsim: only the engine's scheduler calls an allocator (and `engine.build` makes
+one), as vLLM's block manager is the scheduler's alone.
 """
 
 from __future__ import annotations

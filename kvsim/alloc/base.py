@@ -101,7 +101,7 @@ class Allocator(Protocol):
     def check_invariants(self) -> None:
         """Assert the allocator's internal consistency (tests and `--check` runs)."""
 
-    # the fast-forward (kvsim/step.py windows): many decode steps of a steady batch in one call
+    # the fast-forward (kvsim/engine/step.py windows): many decode steps of a steady batch in one call
 
     def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
         """How many steps (<= `max_steps`) of `append_each(seq_ids)` can run at once through

@@ -12,7 +12,7 @@ from .base import AllocationError, MemoryStats
 
 
 class PagedWindows:
-    """`decode_window` / `append_steps` of `PagedAllocator` (see kvsim/step.py for the windows)."""
+    """`decode_window` / `append_steps` of `PagedAllocator` (see kvsim/engine/step.py for the windows)."""
 
     def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
         """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once:

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.config import SimConfig
+from kvsim.engine.config import SimConfig
 from kvsim.planning.runs import capacity_tokens, make_config
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 
@@ -89,7 +89,7 @@ def _lengths(lengths: Trace | str, max_len: int, num_samples: int, seed: int) ->
     if isinstance(lengths, Trace):
         p, m = lengths.prompt_tokens, lengths.output_tokens
     else:
-        from kvsim.tracegen import sample_lengths
+        from kvsim.trace.synthetic import sample_lengths
         p, m = sample_lengths(lengths, num_samples, np.random.default_rng(seed), min(max_len, 2048))
     keep = p + m <= max_len
     if not keep.any():

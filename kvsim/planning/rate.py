@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from kvsim.config import SimConfig
+from kvsim.engine.config import SimConfig
 from kvsim.planning.runs import capacity_tokens, make_config
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 #: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
 SLO_METRICS = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99", "mean")) + (
@@ -127,7 +127,7 @@ def _base_trace(preset: str, span_s: float, seed: int) -> Trace:
     curve moves with the rate, not with a new draw."""
     import numpy as np
 
-    from kvsim.tracegen import generate
+    from kvsim.trace.synthetic import generate
 
     arrivals, prompts, outputs, t0, k = [], [], [], 0.0, 0
     while t0 <= span_s:
@@ -157,7 +157,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     slo = parse_slo(slo)
     cfg = make_config(config, **flags)
     if isinstance(trace, str) or (trace is not None and not isinstance(trace, Trace)):
-        from kvsim.trace_formats import load_trace
+        from kvsim.trace.formats import load_trace
         trace = load_trace(trace)
     workload = {"seed": cfg.seed} if trace is not None else {"duration_s": duration_s, "seed": seed}
     tried: dict[float, dict] = {}

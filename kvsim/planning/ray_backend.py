@@ -1,5 +1,6 @@
 """Sweep points as Ray tasks: a local Ray instance, or an existing cluster at `ray_address` (the `dist`
-extra). The same `run_point` runs in each task, so a sweep gives the same rows on either backend.
+extra). The sweep hands over its row function (`kvsim.planning.sweep.run_point`), and the same one runs
+in each task, so a sweep gives the same rows on either backend. Imports nothing of the sweep's.
 """
 
 from __future__ import annotations
@@ -7,8 +8,7 @@ from __future__ import annotations
 import socket
 from typing import Callable
 
-from kvsim.planning.sweep import run_point
-from kvsim.trace import Trace
+from kvsim.trace.table import Trace
 
 #: Seconds to wait for a Ray address to accept a TCP connection before calling it unreachable.
 CONNECT_TIMEOUT_S = 5.0
@@ -30,9 +30,10 @@ def check_address(address: str) -> None:
                          "`ray start --head` or drop --ray-address to use a local instance") from None
 
 
-def run_ray(points: list[dict], trace: Trace | None, workers: int | None, address: str | None,
-            on_row: Callable[[dict], None]) -> None:
-    """Run `points` as Ray tasks and hand each row to `on_row` as it finishes."""
+def run_ray(run_point: Callable[[dict, Trace | None], dict], points: list[dict], trace: Trace | None,
+            workers: int | None, address: str | None, on_row: Callable[[dict], None]) -> None:
+    """Run `run_point(point, trace)` for each of `points` as Ray tasks and hand each row to `on_row` as it
+    finishes."""
     if not points:
         return
     try:

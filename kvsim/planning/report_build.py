@@ -15,8 +15,8 @@ from kvsim.planning.report import Report
 from kvsim.planning.runs import SYSTEMS, make_config
 from kvsim.planning.sweep import run_sweep
 from kvsim.planning.tune import BLOCK_SIZES, tune_block_size
-from kvsim.sim import simulate
-from kvsim.trace import Trace
+from kvsim.engine.sim import simulate
+from kvsim.trace.table import Trace
 
 #: Request rates of the latency curve, as multiples of the trace's own rate.
 RATE_MULTIPLES = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)

@@ -15,9 +15,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.specs import Deployment, get_gpu, get_model, load_hf_config
-from kvsim.trace import Trace
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.specs import Deployment, get_gpu, get_model
+from kvsim.specs.hf_config import load_hf_config
+from kvsim.trace.table import Trace
 
 #: Flags that pick the deployment and the calibration rather than a config field.
 DEPLOYMENT_FLAGS = {"model": "opt-13b", "model_config": None, "gpu": "a100-40gb", "tp": 1,
@@ -124,7 +125,7 @@ def _current(config: SimConfig | None, flag: str) -> Any:
 
 def _calibration(d: dict, config: SimConfig | None):
     if d["calibration"]:
-        from kvsim.calibration import load_calibration
+        from kvsim.cost.calibration import load_calibration
         force = _parse("force_calibration", d["force_calibration"], "bool")
         return load_calibration(d["calibration"], force=force)
     return None if config is None else config.calibration
@@ -185,8 +186,8 @@ def simulate(trace: Trace | str | Path, config: SimConfig | None = None, *,
     >>> r.summary["requests_finished"]
     20
     """
-    from kvsim.sim import simulate as run
-    from kvsim.trace_formats import load_trace
+    from kvsim.engine.sim import simulate as run
+    from kvsim.trace.formats import load_trace
 
     if not isinstance(trace, Trace):
         trace = load_trace(trace)

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from kvsim.planning.runs import config_row, make_config, normalize_flag, run_flags, summary_row
-from kvsim.config import SimConfig
-from kvsim.trace import Trace
+from kvsim.engine.config import SimConfig
+from kvsim.trace.table import Trace
 
 #: Grid keys that shape the workload rather than the configuration.
 WORKLOAD_KEYS = ("trace", "preset", "rate", "time_scale", "duration_s", "num_requests", "max_requests")
@@ -62,13 +62,13 @@ def run_id(point: Mapping[str, Any]) -> str:
 @lru_cache(maxsize=8)
 def _preset_trace(preset: str, rate: float, duration_s: float | None, num_requests: int | None,
                   seed: int) -> Trace:
-    from kvsim.tracegen import generate
+    from kvsim.trace.synthetic import generate
     return generate(preset, rate_rps=rate, duration_s=duration_s, num_requests=num_requests, seed=seed)
 
 
 @lru_cache(maxsize=8)
 def _file_trace(path: str) -> Trace:
-    from kvsim.trace_formats import load_trace
+    from kvsim.trace.formats import load_trace
     return load_trace(path)
 
 
@@ -76,7 +76,7 @@ def workload(point: Mapping[str, Any], trace: Trace | None = None) -> Trace:
     """The trace a point runs: `trace` (or the point's `trace` path) rescaled by `rate`/`time_scale`
     and cut at `duration_s` s, or a Poisson trace of `preset` at `rate` req/s (default 2) for
     `duration_s` s (default 3600)."""
-    from kvsim.trace import rescale_trace
+    from kvsim.trace.table import rescale_trace
 
     seed = int(point.get("seed", 0))
     if point.get("preset") is not None:
@@ -109,7 +109,7 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
               config: SimConfig | None = None) -> dict[str, Any]:
     """One grid point -> one row; any error is caught and recorded in the row (`status="error"`).
     The point's run flags apply over `config` when given."""
-    from kvsim.sim import simulate
+    from kvsim.engine.sim import simulate
 
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
@@ -203,7 +203,7 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
     if preset is not None:
         base["preset"] = preset
     if isinstance(trace, (str, Path)):           # read once, here: a bad file stops the sweep at once
-        from kvsim.trace_formats import load_trace
+        from kvsim.trace.formats import load_trace
         base["trace"], trace = str(trace), load_trace(trace)
     points = grid_points(grid, base)
     ids = [run_id(p) for p in points]
@@ -241,7 +241,7 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
         if ray or ray_address:
             from kvsim.planning.ray_backend import run_ray
             start_bar()
-            run_ray(todo, trace, workers, ray_address, on_row)
+            run_ray(run_point, todo, trace, workers, ray_address, on_row)
         else:
             run_local(todo, trace, workers or os.cpu_count() or 1, on_row, on_started=start_bar)
     finally:

@@ -23,13 +23,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from kvsim.config import SimConfig
-from kvsim.cost import CostModel
+from kvsim.engine.config import SimConfig
+from kvsim.cost.roofline import CostModel
 from kvsim.planning.bookkeeping import Bookkeeping
 from kvsim.planning.runs import make_config
 from kvsim.planning.sweep import run_sweep
-from kvsim.sim import SimResult, simulate
-from kvsim.trace import Trace
+from kvsim.engine.sim import SimResult, simulate
+from kvsim.trace.table import Trace
 
 #: Block sizes swept by default (tokens).
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -146,7 +146,7 @@ def tune_block_size(trace: Trace | str, *, block_sizes=BLOCK_SIZES, bookkeeping:
     16
     """
     if not isinstance(trace, Trace):
-        from kvsim.trace_formats import load_trace
+        from kvsim.trace.formats import load_trace
         trace = load_trace(trace)
     sizes = sorted({int(b) for b in block_sizes})
     if not sizes or sizes[0] < 1:

@@ -6,8 +6,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpu_harness.cli import harness_app
-from kvsim.calibration import load_calibration
-from kvsim.cli import app as kvsim_app
+from kvsim.cost.calibration import load_calibration
+from kvsim.cli.app import app as kvsim_app
 
 runner = CliRunner()
 

@@ -11,13 +11,13 @@ from typer.testing import CliRunner
 from gpu_harness import replay as replay_mod
 from gpu_harness.cli import harness_app
 from gpu_harness.replay import TINY, replay
-from kvsim.cli import app as kvsim_app
+from kvsim.cli.app import app as kvsim_app
 from kvsim.alloc.paged import PagedAllocator
-from kvsim.config import CacheConfig, SchedulerConfig, SimConfig
-from kvsim.sim import simulate
+from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
+from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model
-from kvsim.trace import Trace
-from kvsim.trace_formats import load_trace
+from kvsim.trace.table import Trace
+from kvsim.trace.formats import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_TRACE = str(ROOT / "traces" / "tiny.jsonl")

@@ -1,0 +1,50 @@
+"""`kvsim calibrate-engine`: fit an engine profile's CPU constants to measured step times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+PROFILE_NAMES = ("vllm-2023", "vllm-v1", "ideal")
+
+
+def calibrate_engine(
+        csv_path: Path = typer.Argument(..., help="CSV of batch_size and cpu_ms, or batch_size, step_ms "
+                                        "and context_tokens (docs/engine-profiles.md)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Profile JSON to write (use with --engine-profile)."),
+        base: str = typer.Option("vllm-2023", "--base", help="Profile whose policy the fitted one keeps: "
+                                 + ", ".join(PROFILE_NAMES) + "."),
+        model: str = typer.Option("opt-13b", "--model", help="Model the step_ms rows were measured on."),
+        gpu: str = typer.Option("a100-40gb", "--gpu", help="GPU the step_ms rows were measured on."),
+        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel degree."),
+        block_size: int = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens."),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Kernel calibration JSON "
+                                                   "for the step_ms subtraction.")) -> None:
+    """Fit CPU seconds per step = fixed + per-sequence x batch size to measured step times."""
+    from kvsim.cost.profile_fit import fit_cpu, read_cpu_times, write_profile
+    from kvsim.cli.output import console, error
+    from kvsim.cost.profiles import PROFILES
+
+    try:
+        if base not in PROFILES:
+            raise ValueError(f"--base: unknown profile {base!r}; known: {', '.join(PROFILES)}")
+
+        def kernel_seconds(batch: int, context: float) -> float:
+            from kvsim.cost.calibration import load_calibration
+            from kvsim.cost.roofline import CostModel
+            from kvsim.specs import Deployment, get_gpu, get_model
+            cal = load_calibration(calibration) if calibration else None
+            cost = CostModel(Deployment(get_model(model), get_gpu(gpu), tp), block_size,
+                             PROFILES[base].paged_penalty or cal is not None, cal, step_overhead_s=0.0)
+            return cost.step_time(0, 0, batch, round(batch * context))
+
+        fit = fit_cpu(*read_cpu_times(csv_path, kernel_seconds))
+        write_profile(out, base, fit, str(csv_path))
+    except (ValueError, OSError) as exc:
+        error(str(exc))
+    console.print(f"{out}: base {base}, cpu_step_s = {fit.cpu_step_s * 1e3:.3f} ms, cpu_seq_s = "
+                  f"{fit.cpu_seq_s * 1e6:.1f} us per sequence (rms error {fit.rms_error_s * 1e3:.3f} ms "
+                  f"over {fit.rows} rows)", highlight=False)

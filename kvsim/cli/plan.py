@@ -1,0 +1,232 @@
+"""`kvsim capacity` and `kvsim sweep`: the capacity-planning commands (registered by kvsim.cli.app).
+
+Heavy modules (pandas, the simulator, Ray) load inside the commands, so `kvsim --help` stays fast. Bad
+input — an SLO no rate meets, an empty grid, an unknown flag in a grid, a Ray address that does not
+answer — is one message on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import typer
+
+TraceArg = typer.Argument(None, metavar="[TRACE]", help="Trace file (kvsim JSONL, Azure CSV, Mooncake "
+                          "JSONL, Vidur CSV); default: a synthetic trace of --preset.")
+PresetOpt = typer.Option(None, "--preset", help="Length distribution and Poisson arrivals: sharegpt or "
+                         "alpaca (default sharegpt when no TRACE).")
+SetOpt = typer.Option([], "--set", metavar="FLAG=VALUE", help="Any other `kvsim run` flag, with _ or - "
+                      "(e.g. --set preemption=swap --set max_num_seqs=128); repeatable.")
+JsonOpt = typer.Option(None, "--json", help="Also write the results as JSON here.")
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """ValueError/OSError -> one line on stderr, exit status 2."""
+    try:
+        yield
+    except (ValueError, OSError) as exc:
+        from kvsim.cli.output import error
+        error(str(exc))
+
+
+def _literal(text: str):
+    """'16' -> 16, '0.5' -> 0.5, anything else stays a string (run flags parse it by their type)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{option} {item!r}: expected flag=value")
+        out.append((key.strip(), value))
+    return out
+
+
+def _write_json(path: Path, data) -> None:
+    """`data` as JSON at `path`, whole or not at all."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def capacity(
+    trace: Optional[Path] = TraceArg, preset: Optional[str] = PresetOpt,
+    model: str = typer.Option("opt-13b", "--model", help="Model preset (e.g. opt-13b, llama-3-8b)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help="Hugging Face config.json."),
+    gpu: str = typer.Option("a100-40gb", "--gpu", help="GPU preset (e.g. a100-40gb, h100-80gb)."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
+    kv_gib: Optional[float] = typer.Option(None, "--kv-gib", help="KV memory of the deployment, GiB."),
+    num_blocks: Optional[int] = typer.Option(None, "--num-blocks", help="KV blocks of the deployment."),
+    gpu_mem_util: float = typer.Option(0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights + "
+                                       "KV when no --kv-gib/--num-blocks."),
+    block_size: int = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens."),
+    placement: str = typer.Option("buddy", "--placement", help="Contiguous placement: buddy|first-fit."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="Maximum model length, "
+                                                "tokens (default: the model's)."),
+    set_flags: List[str] = SetOpt,
+    slo: List[str] = typer.Option([], "--slo", metavar="METRIC=LIMIT", help="Latency target: ttft|tpot|e2e"
+                                  "_p50|p90|p99|mean in s, or normalized_latency in s/token; repeatable. "
+                                  "Adds the highest request rate that meets all of them."),
+    gpus_for: Optional[float] = typer.Option(None, "--gpus-for", metavar="RATE", help="Requests per second "
+                                             "to serve: adds the smallest TP degree and replicas (needs --slo)."),
+    tp_options: str = typer.Option("1,2,4,8", "--tp-options", help="TP degrees tried by --gpus-for."),
+    duration: float = typer.Option(600.0, "--duration", help="Seconds of Poisson arrivals per rate tried "
+                                   "(--preset)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the synthetic traces."),
+    rel_tol: float = typer.Option(0.05, "--rel-tol", help="Stop when the rate bracket is this narrow "
+                                  "(relative)."),
+    max_runs: int = typer.Option(16, "--max-runs", min=1, help="Most simulations per rate search."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Rates simulated at once "
+                                          "(processes; default: all cores)."),
+    json_out: Optional[Path] = JsonOpt,
+) -> None:
+    """How much fits: KV cache size (tokens, blocks) and concurrency per allocator; with --slo the highest
+    rate (req/s) meeting it, its latency-against-rate curve and what limits it; with --gpus-for the GPUs."""
+    from kvsim.cli.output import console
+    from kvsim.planning import capacity as cap
+    from kvsim.planning import rate as rt
+
+    with _user_errors():
+        if trace is not None and preset is not None:
+            raise ValueError("give a TRACE or --preset, not both")
+        if gpus_for is not None and not slo:
+            raise ValueError("--gpus-for needs at least one --slo")
+        flags = dict(model=model, gpu=gpu, tp=tp, kv_gib=kv_gib, num_blocks=num_blocks,
+                     gpu_mem_util=gpu_mem_util, block_size=block_size, placement=placement,
+                     max_model_len=max_model_len,
+                     model_config=str(model_config) if model_config else None)
+        flags.update({k: _literal(v) for k, v in _pairs(set_flags, "--set")})
+        slo_limits = rt.parse_slo(slo) if slo else None
+        workers = workers or os.cpu_count() or 1
+        tr = None
+        if trace is not None:
+            from kvsim.trace.formats import load_trace
+            tr = load_trace(trace)
+        lengths = tr if tr is not None else (preset or "sharegpt")
+        static = cap.static_capacity(lengths=lengths, seed=seed, **flags)
+        out = {"static": static.to_dict("records")}
+        _print_static(console, static, lengths if isinstance(lengths, str) else trace.name)
+        if slo_limits:
+            res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
+                              rel_tol=rel_tol, max_runs=max_runs, workers=workers, **flags)
+            _print_rate(console, res)
+            out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
+                           "curve": res.curve.to_dict("records")}
+        if gpus_for is not None:
+            options = [int(x) for x in tp_options.split(",") if x.strip()]
+            gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
+            df = rt.gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
+                                  preset=preset or "sharegpt", duration_s=duration, seed=seed,
+                                  rel_tol=rel_tol, max_runs=max_runs, workers=workers, **gflags)
+            _print_gpus(console, df, gpus_for)
+            out["gpus"] = df.to_dict("records")
+        if json_out is not None:
+            _write_json(json_out, out)
+
+
+def _print_static(console, df, source: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"KV capacity (lengths: {source})")
+    for col in ("allocator", "KV tokens", "blocks", f"conc. at {df.max_model_len.iloc[0]} tok",
+                "mean slots/req", "max conc.", "x max"):
+        t.add_column(col, justify="right")
+    for r in df.to_dict("records"):
+        extra = (f"{r['mean_slots_per_request']:,.1f}", f"{r['max_concurrency']:,.1f}",
+                 f"{r['ratio_to_max']:.2f}") if "max_concurrency" in r else ("-", "-", "-")
+        t.add_row(r["allocator"], f"{r['capacity_tokens']:,}", f"{r['num_blocks']:,}",
+                  f"{r['max_concurrency_at_max_len']:.2f}", *extra)
+    console.print(t)
+    console.print("max conc.: requests an empty cache admits at their peak size, in arrival order, before "
+                  "the first that does not fit (mean of fills).", highlight=False)
+
+
+def _print_rate(console, res) -> None:
+    from rich.table import Table
+
+    from kvsim.planning.rate import slo_value
+
+    t = Table(title="latency against rate")
+    cols = ["rate (req/s)", "meets", *(f"{m} (s)" for m in res.slo), "norm. lat. (s/tok)",
+            "batch", "KV peak", "limited by"]
+    for col in cols:
+        t.add_column(col, justify="right")
+    from kvsim.planning.rate import limiting_factor
+    for r in res.curve.to_dict("records"):
+        vals = [slo_value(r, m) for m in res.slo]
+        norm = r.get("normalized_latency_s_per_token")
+        t.add_row(f"{r['rate']:.3g}", "yes" if r["meets_slo"] else "no",
+                  *("-" if v is None else f"{v:.3g}" for v in vals),
+                  "-" if norm is None or norm != norm else f"{norm:.3g}",
+                  f"{r.get('mean_batch_size', float('nan')):.1f}",
+                  f"{r.get('kv_peak_allocated_fraction', float('nan')):.0%}",
+                  limiting_factor(r) if r.get("status") == "ok" else r.get("error", ""))
+    console.print(t)
+    console.print(f"highest rate meeting {', '.join(f'{k} <= {v:g}' for k, v in res.slo.items())}: "
+                  f"[bold]{res.rate_rps:.3g} req/s[/]; limited at the knee by {res.limited_by}",
+                  highlight=False)
+
+
+def _print_gpus(console, df, rate: float) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"GPUs for {rate:g} req/s")
+    for col in ("TP", "fits", "max rate/replica", "replicas", "GPUs", "limited by", "note"):
+        t.add_column(col, justify="right")
+    for r in df.to_dict("records"):
+        num = (lambda v, f: "-" if v is None or v != v else f.format(v))
+        t.add_row(str(r["tp"]), {True: "yes", False: "no"}.get(r["fits"], "-"),
+                  num(r["max_rate_rps"], "{:.3g}"), num(r["replicas"], "{:.0f}"), num(r["gpus"], "{:.0f}"),
+                  r["limited_by"], r["note"][:60])
+    console.print(t)
+    best = df[df.best].iloc[0]
+    console.print(f"smallest: TP {best.tp} x {best.replicas:.0f} replica(s) = [bold]{best.gpus:.0f} GPUs[/]",
+                  highlight=False)
+
+
+def sweep(
+    trace: Optional[Path] = TraceArg, preset: Optional[str] = PresetOpt,
+    grid: List[str] = typer.Option([], "--grid", metavar="FLAG=V1,V2", help="Values of one run flag (any "
+                                   "`kvsim run` flag, _ or -, e.g. block_size=8,16,32, or rate (req/s), "
+                                   "duration_s (s), time_scale); repeatable: the grid is the cross product."),
+    set_flags: List[str] = typer.Option([], "--set", metavar="FLAG=VALUE", help="A flag fixed for every "
+                                        "run (e.g. --set kv_gib=12 --set rate=2); repeatable."),
+    out: Path = typer.Option(..., "-o", "--out", help="Folder for results.parquet, results.csv, rows.jsonl."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores)."),
+    ray: bool = typer.Option(False, "--ray", help="Run as Ray tasks on a local Ray instance (kvsim[dist])."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster, host:port."),
+    resume: bool = typer.Option(False, "--resume", help="Skip grid points already finished in --out."),
+) -> None:
+    """Run a grid of configurations on TRACE or a --preset: one row per run (every config field and
+    summary metric; failed runs with their error) in Parquet and CSV, written as runs finish."""
+    from kvsim.planning.sweep import run_sweep
+
+    with _user_errors():
+        if trace is not None and preset is not None:
+            raise ValueError("give a TRACE or --preset, not both")
+        values = {}
+        for key, text in _pairs(grid, "--grid"):
+            values[key] = [_literal(v) for v in text.split(",") if v.strip()]
+        base = {k: _literal(v) for k, v in _pairs(set_flags, "--set")}
+        start = time.perf_counter()
+        df = run_sweep(values, base, trace=trace, preset=None if trace else (preset or "sharegpt"),
+                       workers=workers, ray=ray, ray_address=ray_address, out_dir=out, resume=resume,
+                       progress=True)
+    failed = df[df.status != "ok"]
+    typer.echo(f"wrote {out}/results.parquet and results.csv: {len(df)} runs, {len(failed)} failed, "
+               f"{time.perf_counter() - start:.1f} s")
+    for row in failed.head(5).itertuples():
+        typer.echo(f"  failed {row.run_id}: {row.error}", err=True)

@@ -1,0 +1,55 @@
+"""The SimPy-free parts of one run (`build_run`: allocator, scheduler, cost model) from a trace and a
+`SimConfig`; the SimPy engine (`kvsim.engine.sim`) and the GPU harness replay (which must not need SimPy)
+both start from it. This is the one place in the engine that builds an allocator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.alloc import make_allocator
+from kvsim.engine.config import SimConfig, kv_capacity
+from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
+from kvsim.cost.profiles import EngineProfile
+from kvsim.engine.scheduler import Scheduler
+from kvsim.specs.model import GIB
+from kvsim.engine.static_batching import StaticScheduler
+from kvsim.trace.table import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """The plain-Python pieces of one run; `capacity_tokens` is the KV size in slots."""
+
+    allocator: object
+    scheduler: Scheduler
+    cost: CostModel
+    capacity_tokens: int
+    block_size: int
+    profile: EngineProfile | None = None
+
+
+def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
+    """Allocator, scheduler and cost model for `trace` under `cfg` (nothing has run yet). The engine
+    profile sets the scheduler's policy (`SimConfig.resolved`) and the cost model's paged penalty
+    and fixed step overhead; its CPU time per step is added by the stepper (`RunParts.profile`)."""
+    cfg = cfg.resolved()
+    profile = cfg.engine_profile
+    dep, cache = cfg.deployment, cfg.cache
+    paged = cache.allocator == "paged"
+    block_size = cache.block_size if paged else 1
+    capacity = kv_capacity(cfg)
+    alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
+                           max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
+                           placement=cache.placement, prefix_caching=cache.prefix_caching)
+    swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
+    block_ids = None
+    if cache.prefix_caching:
+        def block_ids(i: int) -> list[int]:
+            return trace.prompt_block_ids(i, cache.block_size)
+    kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
+    sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
+    penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
+    cost = CostModel(dep, cache.block_size, penalty, cfg.calibration,
+                     step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)
+    return RunParts(alloc, sched, cost, capacity, block_size, profile)

@@ -1,0 +1,126 @@
+"""Run configuration: frozen dataclasses `SchedulerConfig`, `CacheConfig`, `SimConfig`, and the KV
+capacity in token slots they give (`kv_capacity`). The CLI, the harness and the Python API build configs
+from here; `kvsim.engine.build` turns one into the parts of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from kvsim.alloc import ALLOCATORS
+from kvsim.engine.beams import BEAM_DEATH_RATE
+from kvsim.engine.samples import SAMPLE_LENGTHS
+from kvsim.cost.calibration import Calibration
+from kvsim.cost.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
+from kvsim.specs import Deployment
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap).
+    `static` runs `kvsim.engine.static_batching.StaticScheduler` instead (chosen by `build_run`).
+    `swap_multi_seq`: requests with more than one sequence (n > 1, beams) are preempted by swap even
+    under recompute (vLLM 2023: diverged samples cannot be recomputed as one prompt); recomputing them
+    re-prefills the prompt once and each sample's own outputs (docs/sharing.md).
+    `chunked_prefill` None: the engine profile's default. `separate_prefill`: a step runs prompts or
+    decodes, never both (both also set by the engine profile, see `SimConfig.resolved`).
+    `beam_death_rate`: probability that a beam of a beam-search request dies at a decode step and is
+    replaced by a fork of a surviving beam (docs/sharing.md); 0 makes beams plain parallel samples.
+    `sample_lengths`: equal (every sample runs to the request's output length) or uniform (the other
+    samples of a request stop earlier, `kvsim.engine.samples`); a trace's `output_tokens_per_sample` wins."""
+
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool | None = None
+    preemption: str = "recompute"
+    batching: str = "continuous"
+    swap_multi_seq: bool = False
+    separate_prefill: bool = False
+    beam_death_rate: float = BEAM_DEATH_RATE
+    sample_lengths: str = "equal"
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
+        if not 0 <= self.beam_death_rate < 1:
+            raise ValueError(f"--beam-death-rate must be in [0, 1), got {self.beam_death_rate}")
+        if self.sample_lengths not in SAMPLE_LENGTHS:
+            raise ValueError(f"unknown --sample-lengths {self.sample_lengths!r}; known: {', '.join(SAMPLE_LENGTHS)}")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
+        if self.batching not in ("continuous", "static"):
+            raise ValueError(f"unknown batching mode {self.batching!r}; known: continuous, static")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """KV cache: allocator kind and policy, block size (tokens), capacity source, CPU swap space."""
+
+    allocator: str = "paged"
+    block_size: int = 16
+    reserve: str = "max"            # contiguous only: max | pow2 | oracle
+    placement: str = "buddy"        # contiguous only: buddy | first-fit
+    prefix_caching: bool = False
+    kv_gib: float | None = None     # KV memory of the whole deployment, GiB
+    num_blocks: int | None = None   # blocks of the whole deployment
+    gpu_mem_util: float = 0.9
+    swap_gib: float = 4.0           # CPU swap space per GPU, GiB (vLLM's default)
+
+    def __post_init__(self) -> None:
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}")
+        if self.block_size < 1:
+            raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
+        if not 0 <= self.swap_gib < float("inf"):
+            raise ValueError(f"--swap-gib must be a finite number >= 0, got {self.swap_gib}")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything one run needs besides the trace."""
+
+    deployment: Deployment
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    calibration: Calibration | None = None
+    seed: int = 0
+    engine_profile: str | EngineProfile = DEFAULT_PROFILE   # a name, a calibrate-engine JSON, or one
+
+    def profile(self) -> EngineProfile:
+        """The engine profile (`kvsim.cost.profiles`) this run simulates."""
+        p = self.engine_profile
+        return p if isinstance(p, EngineProfile) else get_profile(p)
+
+    def resolved(self) -> "SimConfig":
+        """This configuration with the engine profile's policy applied to the scheduler: chunked
+        prefill by default (vllm-v1), separate prompt steps and swap for multi-sequence requests
+        (vllm-2023). ValueError when an explicit flag contradicts the profile."""
+        profile, sched = self.profile(), self.scheduler
+        chunked = profile.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
+        separate = sched.separate_prefill or profile.separate_prefill
+        if separate and chunked:
+            raise ValueError(f"--chunked-prefill: the {profile.name} engine profile runs each prompt whole "
+                             "in a prompt-only step")
+        sched = replace(sched, chunked_prefill=chunked, separate_prefill=separate,
+                        swap_multi_seq=sched.swap_multi_seq or profile.swap_multi_sequence)
+        return replace(self, scheduler=sched, engine_profile=profile)
+
+    def to_dict(self) -> dict:
+        """The resolved configuration, JSON-ready (written as `config.json`)."""
+        cfg = self.resolved()
+        d = asdict(cfg)
+        d["calibration"] = None if self.calibration is None else self.calibration.source
+        return d
+
+
+def kv_capacity(cfg: SimConfig) -> int:
+    """KV slots of the run (the whole deployment), rounded down to whole blocks."""
+    dep, cache = cfg.deployment, cfg.cache
+    block_size = cache.block_size if cache.allocator == "paged" else 1
+    capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util,
+                                      cfg.scheduler.max_batched_tokens)
+    if capacity < 1:
+        raise ValueError("the KV cache holds no token slot (--kv-gib or --num-blocks too small)")
+    if capacity < block_size:
+        raise ValueError(f"--block-size {block_size} is larger than the whole KV cache ({capacity} token slots)")
+    return capacity - capacity % block_size

@@ -1,0 +1,202 @@
+"""Lazy decode steps for continuous batching: a decode step costs O(1) plus the sequences that cross a
+block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
+
+When every request has one sequence, prefills are never chunked and the allocator can tick (paged,
+no prefix cache; `tick_join` etc. in kvsim/alloc/paged_window.py), a running request that has
+finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
+and advance with the step clocks (`_kv_clock` counts the steps that grew the batch's KV slots,
+`_gen_clock` the steps that emitted their tokens; equal between steps), so it holds
+`kv_len[i] + _kv_clock - _since[i]` slots. Its last step is filed in the heap `_ends` by the value
+of `_gen_clock` at which it emits its last token. The sum of the members' KV slots is kept as
+`_context`. Whoever reads a member's state brings it up to date first (`_sync`); preemption and
+retirement take it out (`_leave`). The allocator grows the members' sequences the same way, taking
+blocks in the batch's order, so every output equals stepping each sequence (kvsim/engine/scheduler.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from kvsim.alloc.base import MemoryStats
+from kvsim.engine.request_state import FINISHED
+
+
+class LazyDecodes:
+    """The members' clocks and the lazy versions of `_grow_running`, `finish`, `steady_decodes` and
+    `advance` (used only when `_lazy`)."""
+
+    def _lazy_init(self) -> None:
+        alloc = self.alloc
+        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1 and not self.block_ids
+                      and not self.cfg.chunked_prefill and not self.sample_ends
+                      and type(self).finish is LazyDecodes.finish)   # (not static batching)
+        self._kv_clock = self._gen_clock = 0
+        self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
+        self._keys: dict[int, int] = {}       # member request -> its join key
+        self._ends: list[tuple[int, int, int]] = []   # (last token's _gen_clock, join key, request)
+        self._context = 0                     # KV slots of the members, now
+        self._joins = 0                       # join counter: the members' batch order
+        self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
+
+    # -- membership ------------------------------------------------------------------------------
+    def _join(self, requests: list[int]) -> None:
+        """Make those of `requests` (in batch order) that go on decoding members."""
+        generated, output, kv_len, since, keys, ends = (self.generated, self.output, self.kv_len,
+                                                        self._since, self._keys, self._ends)
+        clock, key, tick_join = self._gen_clock, self._joins, self.alloc.tick_join
+        for i in requests:
+            if generated[i] < output[i]:
+                since[i], keys[i] = clock, key
+                self._context += kv_len[i]
+                heapq.heappush(ends, (clock + output[i] - generated[i], key, i))
+                tick_join(i)
+                key += 1
+        self._joins = key
+
+    def _sync(self, i: int) -> None:
+        """Bring member `i`'s `kv_len` and `generated` up to `_gen_clock` (exact between steps;
+        during a step that grew the batch, `kv_len` is one behind until the step emits)."""
+        since = self._since.get(i)
+        if since is not None:
+            d = self._gen_clock - since
+            self.kv_len[i] += d
+            self.generated[i] += d
+            self._since[i] = self._gen_clock
+
+    def _leave(self, i: int) -> None:
+        """Take request `i` out of the members (preempted or retired), its state brought up to date."""
+        if i in self._since:
+            self._sync(i)
+            self.kv_len[i] += self._kv_clock - self._gen_clock
+            del self._since[i], self._keys[i]
+            self._context -= self.kv_len[i]
+
+    def _sync_all(self) -> None:
+        for i in list(self._since):
+            self._sync(i)
+
+    # -- what the base class reads, brought up to date ---------------------------------------------
+    def finish(self, plan, now: float) -> None:
+        if self._lazy:
+            self._finish_lazy(plan, now)
+        else:
+            super().finish(plan, now)
+
+    def computed_tokens(self, i: int) -> int:
+        self._sync(i)
+        return super().computed_tokens(i)
+
+    def request_columns(self):
+        self._sync_all()
+        return super().request_columns()
+
+    # -- one step --------------------------------------------------------------------------------
+    def _grow_lazy(self, plan) -> bool:
+        """`_grow_running` for members: one tick of the allocator (blocks for the sequences that cross
+        a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
+        running, preempted = self.running, False
+        if running:
+            while not self.alloc.tick():
+                preempted = True
+                self._preempt(running[-1], plan)
+            self._kv_clock += 1
+            self._context += len(running)
+            self._ticked = True
+        plan.decodes = running[:]
+        plan.decode_seqs = len(running)
+        plan.decode_context_tokens = self._context
+        return preempted
+
+    def _finish_lazy(self, plan, now: float) -> None:
+        """`finish` with members: the step's new decoders (finished prefills, swap-ins) emit one by
+        one, the members through `_gen_clock`; those that go on decoding become members."""
+        generated, output = self.generated, self.output
+        fresh = self._prefills_done(plan, now) if plan.prefills else []
+        if plan.swapped_in:
+            fresh.extend(plan.swapped_in)
+        ending = self._end_members() if self._ticked else []
+        new_ends = [i for i in fresh if generated[i] + 1 == output[i]]
+        for i in fresh:
+            generated[i] += 1
+        # the step's finishes in emit order (prefills, members, swap-ins: a step that swaps in admits
+        # nothing), freed in batch order (members, then the requests that joined the batch this step)
+        plan.finished = ending + new_ends if plan.swapped_in else new_ends + ending
+        if ending or new_ends:
+            self._retire_lazy(ending + new_ends, now)
+        if fresh:
+            self._join(fresh)
+
+    def _end_members(self) -> list[int]:
+        """Emit the members' tokens of the step that grew them; take out (`_leave`) and return those
+        that emitted their last, in batch order."""
+        self._ticked = False
+        self._gen_clock = clock = self._gen_clock + 1
+        ends, keys, since, generated, kv_len = self._ends, self._keys, self._since, self.generated, self.kv_len
+        lag, ending = self._kv_clock - clock, []
+        while ends and ends[0][0] <= clock:        # (equal ends pop in join order: batch order)
+            _, key, i = heapq.heappop(ends)
+            if keys.get(i) == key:             # (else stale: it left the members since)
+                ending.append(i)
+                del keys[i]                    # `_leave(i)`, inlined
+                d = clock - since.pop(i)
+                generated[i] += d
+                kv_len[i] += d + lag
+                self._context -= kv_len[i]
+        return ending
+
+    def _retire_lazy(self, retire: list[int], now: float) -> None:
+        """`_retire` of one-sequence requests (sequence id = request) given in batch order."""
+        running, free, status, finished_s = self.running, self.alloc.free, self.status, self.finished_s
+        for i in retire:
+            running.remove(i)
+            free(i)
+            status[i], finished_s[i] = FINISHED, now
+        self.running_seqs -= len(retire)
+        self.num_finished += len(retire)
+
+    def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
+        """`_admit` for one-sequence requests with whole prompts and no prefix cache (the same checks
+        and bookkeeping, `_prefill_chunk` included); `*_limit`: the `limited_by` codes."""
+        alloc, waiting, max_seqs = self.alloc, self.waiting, self.cfg.max_num_seqs
+        prompt, generated, output, admitted_s = self.prompt, self.generated, self.output, self.admitted_s
+        while waiting and budget > 0:
+            i = waiting[0]
+            need = prompt[i] + generated[i]            # recompute re-prefills its outputs
+            final = prompt[i] + output[i] - 1
+            if self.running_seqs + 1 > max_seqs:
+                plan.limited_by = seqs_limit
+                break
+            if not alloc.can_allocate(need, final, (), i) or not self._batch_fits(i):
+                plan.limited_by = memory_limit
+                break
+            if need > budget and (plan.prefills or plan.decodes):
+                break       # (a lone prefill may exceed the budget: a recomputed request can)
+            plan.allocated.append((i, alloc.allocate(i, need, final, (), need)))
+            waiting.popleft()
+            self.kv_len[i], self.prefill_left[i] = need, 0
+            if admitted_s[i] != admitted_s[i]:        # NaN: first admission
+                admitted_s[i] = now
+                self.admitted_prompt_tokens += prompt[i]
+            self.running.append(i)
+            self.running_seqs += 1
+            plan.prefills.append((i, need))
+            plan.prefill_tokens += need
+            plan.prefill_attn_tokens += need * need
+            budget -= need
+
+    # -- many steps at once ----------------------------------------------------------------------
+    def _steady_lazy(self) -> tuple[list[int], int, int] | None:
+        """`steady_decodes` with members (every running request is one)."""
+        ends, keys = self._ends, self._keys
+        while keys.get(ends[0][2]) != ends[0][1]:   # drop stale entries (preempted members)
+            heapq.heappop(ends)
+        steps = ends[0][0] - self._gen_clock - 1
+        return self.running[:], self.alloc.tick_window(steps), self._context
+
+    def _advance_lazy(self, steps: int) -> list[MemoryStats]:
+        """`advance` with members: `steps` ticks of the allocator and of both clocks."""
+        mems = self.alloc.tick_steps(steps)
+        self._kv_clock += steps
+        self._gen_clock += steps
+        self._context += steps * len(self.running)
+        return mems

@@ -1,0 +1,182 @@
+"""Per-step and per-request records, and the run summary (keys of DESIGN.md's `--json`).
+
+Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
+snapshot is weighted by the step's duration. The step log buffers one tuple per step and folds them,
+`CHUNK` rows at a time, into numpy columns and running aggregates (all the summary needs), so a run's
+memory does not grow with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the
+steps table) or handed to a sink.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Callable
+
+import numpy as np
+
+from kvsim.engine.request_state import FINISHED, REJECTED
+from kvsim.engine.step import LIMITS
+
+#: `limited_by`: what held waiting requests back after the step (0 none or nothing waiting,
+#: 1 kv_memory, 2 max_num_seqs, 3 token_budget); `compute_bound`: 1 when the step's kernels were.
+STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens",
+                "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
+                "external_fragmentation", "free", "unshared_blocks", "limited_by", "compute_bound")
+CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+# a buffered row: these columns, then the fields of the step's memory snapshot (a named tuple)
+_ROW = ("time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens", "limited_by",
+        "compute_bound")
+_WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
+_FLOAT = ("time_s", "duration_s")
+CHUNK = 1 << 16       # rows folded into the aggregates at a time
+HOLD = 1 << 18        # rows buffered before folding when every row is kept and none is streamed
+
+
+class StepLog:
+    """One row per engine step, appended from step plans (`record`) as one tuple per step and turned
+    into numpy columns `CHUNK` rows at a time: as they come when streamed (`sink(columns)` receives
+    each chunk, e.g. a CSV writer) or only aggregated (`keep=False`); else (`keep`: every row kept,
+    `columns()`) once `HOLD` rows are buffered or the run has ended (the engine loop then does not
+    convert rows it does not need yet)."""
+
+    def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
+        self.keep, self.sink = keep, sink
+        self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
+        self._kept: list[dict[str, np.ndarray]] = []
+        self._memory_fields: tuple[str, ...] = ()   # the snapshots' field names
+        self._hold = HOLD if keep and sink is None else CHUNK   # rows buffered before folding
+        self.num_steps = 0
+        self.end_s = 0.0                  # when the last step ended, s
+        self.total_s = 0.0                # sum of step durations, s
+        self.weighted = dict.fromkeys(_WEIGHTED, 0.0)   # sum of column x duration
+        self.sum_running = 0
+        self.max_running = 0
+        self.max_allocated = 0            # token_states + reserved + internal_fragmentation, slots
+        self.limit_s = [0.0] * len(LIMITS)  # step time while requests waited, by what held them back
+        self.compute_bound_s = 0.0        # step time with compute-bound kernels
+
+    def record(self, plan) -> None:
+        """Log the steps of `plan` (a `kvsim.engine.step.StepPlan`: one row per entry of `plan.starts`)."""
+        rows, limit, waiting = self._rows, plan.limited_by, plan.waiting
+        if not self._memory_fields:
+            self._memory_fields = plan.memory[0]._fields
+        if len(plan.starts) == 1:
+            w = waiting[0]
+            rows.append((plan.starts[0], plan.durations[0], plan.batch_requests, w, plan.prefill_tokens,
+                         plan.decode_seqs, limit if w else 0,
+                         plan.compute_bound[0] if plan.compute_bound else False) + plan.memory[0])
+        else:
+            k = len(plan.starts)
+            limits = [limit if w else 0 for w in waiting] if limit else repeat(0, k)
+            rows.extend(map(tuple.__add__, zip(
+                plan.starts, plan.durations, repeat(plan.batch_requests, k), waiting,
+                repeat(plan.prefill_tokens, k), repeat(plan.decode_seqs, k), limits,
+                plan.compute_bound if plan.compute_bound else repeat(False, k)), plan.memory))
+        if len(rows) >= self._hold:
+            while len(rows) >= CHUNK:
+                self._fold(CHUNK)
+
+    def _fold(self, rows: int | None = None) -> None:
+        """Fold the first `rows` buffered rows (all by default) into the aggregates, keep them or hand
+        them on, and drop them from the buffer. Chunks are always `CHUNK` rows (the last one fewer),
+        so the sums are the same however the rows were recorded (one step or a window at a time)."""
+        buffered = self._rows
+        rows = len(buffered) if rows is None else rows
+        if not rows:
+            return
+        chunk = {"step": np.arange(self.num_steps, self.num_steps + rows, dtype=np.int64)}
+        table = np.array(buffered[:rows], np.float64)     # (every value is exact in float64)
+        del buffered[:rows]
+        for name in STEP_COLUMNS[1:]:
+            at = _ROW.index(name) if name in _ROW else len(_ROW) + self._memory_fields.index(name)
+            column = table[:, at]
+            chunk[name] = column.copy() if name in _FLOAT else column.astype(np.int64)
+        w = chunk["duration_s"]
+        self.num_steps += rows
+        self.end_s = float(chunk["time_s"][-1] + w[-1])
+        self.total_s += float(w.sum())
+        for name in _WEIGHTED:
+            self.weighted[name] += float((chunk[name] * w).sum())
+        for code in range(1, len(LIMITS)):
+            self.limit_s[code] += float(w[chunk["limited_by"] == code].sum())
+        self.compute_bound_s += float(w[chunk["compute_bound"] == 1].sum())
+        self.sum_running += int(chunk["running"].sum())
+        self.max_running = max(self.max_running, int(chunk["running"].max()))
+        allocated = chunk["token_states"] + chunk["reserved"] + chunk["internal_fragmentation"]
+        self.max_allocated = max(self.max_allocated, int(allocated.max()))
+        if self.sink is not None:
+            self.sink(chunk)
+        if self.keep:
+            self._kept.append(chunk)
+
+    def close(self) -> None:
+        """Fold the last rows (call once the run has ended)."""
+        while len(self._rows) > CHUNK:
+            self._fold(CHUNK)
+        self._fold()
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every kept row as numpy columns (`STEP_COLUMNS`)."""
+        if not self.keep:
+            raise ValueError("this step log kept no rows (keep=False)")
+        self.close()
+        return {c: np.concatenate([k[c] for k in self._kept]) if self._kept else
+                np.zeros(0, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS}
+
+    def time_average(self, name: str) -> float:
+        """Duration-weighted mean of column `name` over the run."""
+        return self.weighted[name] / self.total_s if self.total_s else 0.0
+
+
+def _quantiles(values: np.ndarray) -> dict:
+    if len(values) == 0:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+
+
+def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_tokens: int,
+              block_size: int, num_blocks: int, sim_wall_s: float) -> dict:
+    """The run summary: throughput, latency quantiles, batch sizes, preemptions, memory breakdown.
+    `requests`: per-request numpy columns (`arrival_s` and the scheduler's `request_columns()`)."""
+    steps.close()
+    status = requests["status"]
+    done = status == FINISHED
+    arrival, first, finished = requests["arrival_s"][done], requests["first_token_s"][done], requests["finished_s"][done]
+    output = requests["output_tokens"][done]
+    duration = steps.end_s
+    out_tokens = float((output * requests["n"][done]).sum())
+    e2e, ttft = finished - arrival, first - arrival
+    multi = output > 1
+    tpot = (finished[multi] - first[multi]) / (output[multi] - 1)
+    fractions = {c: steps.time_average(c) / capacity_tokens for c in CATEGORIES}
+    unshared = steps.time_average("unshared_blocks")
+    saved = unshared - steps.time_average("used_blocks")
+    num_steps, num_done = steps.num_steps, int(done.sum())
+    return {
+        "requests_total": int(len(status)),
+        "requests_finished": num_done,
+        "requests_rejected": int((status == REJECTED).sum()),
+        "duration_s": duration,
+        "throughput_rps": num_done / duration if duration else 0.0,
+        "throughput_tokens_per_s": out_tokens / duration if duration else 0.0,
+        "mean_batch_size": steps.sum_running / num_steps if num_steps else 0.0,
+        "max_batch_size": steps.max_running,
+        "normalized_latency_s_per_token": float((e2e / output).mean()) if num_done else None,
+        "ttft_s": _quantiles(ttft), "tpot_s": _quantiles(tpot), "e2e_s": _quantiles(e2e),
+        "preemptions": int(sched.num_preemptions),
+        "kv": {
+            "capacity_tokens": int(capacity_tokens), "block_size": int(block_size),
+            "num_blocks": int(num_blocks), "mean_fraction": fractions,
+            "peak_allocated_fraction": steps.max_allocated / capacity_tokens if num_steps else 0.0,
+            "sharing_saved_fraction": saved / unshared if unshared > 0 else 0.0,
+        },
+        "prefix_cache_hit_tokens": int(sched.prefix_hit_tokens),
+        "prefix_cache_hit_rate": (sched.prefix_hit_tokens / sched.admitted_prompt_tokens
+                                  if sched.admitted_prompt_tokens else 0.0),
+        "limited_by": {name: steps.limit_s[code] / steps.total_s if steps.total_s else 0.0
+                       for code, name in enumerate(LIMITS) if code},
+        "compute_bound_fraction": steps.compute_bound_s / steps.total_s if steps.total_s else 0.0,
+        "sim_wall_s": sim_wall_s,
+        "engine_steps": num_steps,
+    }

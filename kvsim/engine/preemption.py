@@ -1,0 +1,77 @@
+"""Preemption and swapping for continuous batching: evicting a request when a block is missing
+(swap to CPU memory, else recompute) and bringing swapped requests back FCFS. Plain Python, no SimPy;
+a mixin of `kvsim.engine.scheduler.Scheduler`. Units: KV slots.
+"""
+
+from __future__ import annotations
+
+from kvsim.engine.step import StepPlan
+
+
+class Preemption:
+    """`_preempt` and `_swap_in` of `Scheduler`."""
+
+    def _preempt(self, i: int, plan: StepPlan) -> None:
+        """Evict request `i` (all its sequences): swap to CPU if asked, room, and it can come back
+        (`_swap_in` restores each sample unshared: all of them at their peak must fit the whole
+        cache), else recompute (which shares the prompt again)."""
+        self._leave(i)
+        self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
+        self.running_seqs -= self.n[i]
+        for s in self.seq_ids(i):
+            self.alloc.free(s)
+        self.preemptions[i] += 1
+        self.num_preemptions += 1
+        plan.preempted.append(i)
+        plan.freed.extend(self.seq_ids(i))
+        tokens = self.kv_len[i] * self.n[i]
+        final = self.prompt[i] + self.output[i] - 1
+        swap = ((self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1))
+                and self.n[i] * self.alloc.peak_slots(final, final) <= self.alloc.capacity_tokens)
+        if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
+            self.swap_used += tokens
+            plan.swap_tokens += tokens
+            plan.swapped_out.append(i)
+            self.swapped.append(i)
+            self.num_swap_outs += 1
+            self.swapped_tokens += tokens
+        else:
+            if swap and not self.prefill_left[i]:
+                self.swap_fallbacks += 1
+                plan.swap_fallbacks += 1
+            computed = self.kv_len[i] - self.prefill_left[i]   # the prompt once, each sample's outputs
+            dropped = computed + (self.n[i] - 1) * max(0, computed - self.prompt[i])
+            self.recomputed_tokens += dropped
+            plan.recomputed_tokens += dropped
+            self.prefill_left[i] = 0
+            self.waiting.appendleft(i)
+
+    def _swap_in(self, plan: StepPlan) -> None:
+        """Bring swapped requests back FCFS while memory allows; they decode in this same step
+        (each sample is restored unshared)."""
+        while self.swapped:
+            i = self.swapped[0]
+            kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self.seq_ids(i)
+            restored = []
+            for s in seqs:                  # each sample separately: blocks or extents do not pool
+                if not self.alloc.can_allocate(kv + 1, final, (), s):
+                    break
+                self.alloc.allocate(s, kv + 1, final)
+                restored.append(s)
+            if len(restored) < len(seqs):
+                for s in restored:
+                    self.alloc.free(s)
+                break
+            self.swapped.popleft()
+            plan.allocated.extend((s, 0) for s in seqs)
+            plan.swapped_in.append(i)
+            self.swap_used -= kv * len(seqs)
+            plan.swap_tokens += kv * len(seqs)
+            self.num_swap_ins += 1
+            self.swapped_tokens += kv * len(seqs)
+            self.kv_len[i] = kv + 1
+            self.running.append(i)
+            self.running_seqs += self.n[i]
+            plan.decodes.append(i)
+            plan.decode_seqs += len(seqs)
+            plan.decode_context_tokens += (kv + 1) * len(seqs)

@@ -1,0 +1,86 @@
+"""One simulation: build the run from its configuration, drive it with the SimPy engine, and return
+the records. The command line and the Python API both come through `simulate`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from kvsim.engine.config import SimConfig
+from kvsim.engine.build import build_run
+from kvsim.engine.loop import Engine
+from kvsim.engine.metrics import StepLog, summarize
+from kvsim.trace.table import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class SimResult:
+    """The summary dict (DESIGN.md keys) and the per-request and per-step records: numpy columns
+    (`request_columns`, `step_columns`), or pandas tables built on first use (`requests`, `steps`)."""
+
+    def __init__(self, summary: dict, request_columns: dict[str, np.ndarray], log: StepLog):
+        self.summary, self.request_columns, self._log = summary, request_columns, log
+        self._requests: pd.DataFrame | None = None
+        self._steps: pd.DataFrame | None = None
+
+    @property
+    def step_columns(self) -> dict[str, np.ndarray]:
+        """One array per `kvsim.engine.metrics.STEP_COLUMNS` entry (raises when the run kept no steps)."""
+        return self._log.columns()
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request: times in seconds from trace start, status finished|rejected|unfinished."""
+        if self._requests is None:
+            import pandas as pd
+            self._requests = pd.DataFrame(self.request_columns)
+        return self._requests
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per engine step (`kvsim.engine.metrics.STEP_COLUMNS`)."""
+        if self._steps is None:
+            import pandas as pd
+            self._steps = pd.DataFrame(self.step_columns)
+        return self._steps
+
+
+def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | None = None,
+             cost=None, fast_forward: bool = True, keep_steps: bool = True, step_sink=None) -> SimResult:
+    """Run `trace` through the configured deployment; deterministic for a given trace and config.
+    `cost` replaces the configured cost model (golden tests pass a `ConstantCost`);
+    `fast_forward=False` steps one at a time (the same results, slower; see kvsim/engine/step.py);
+    `keep_steps=False` keeps no per-step rows (memory bounded by the requests, not the steps);
+    `step_sink(columns)` receives the step rows in chunks as they come (e.g. to stream steps.csv)."""
+    parts = build_run(trace, cfg)
+    log = StepLog(keep=keep_steps, sink=step_sink)
+    start = time.perf_counter()
+    profile = parts.profile
+    engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
+                    fast_forward=fast_forward,   # (a profile without CPU time adds 0.0: skipped)
+                    cpu_seconds=profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None)
+    engine.run()
+    wall = time.perf_counter() - start
+    columns = {"id": _ids(trace), "arrival_s": np.asarray(trace.arrival_s),
+               **parts.scheduler.request_columns()}
+    summary = summarize(columns, log, parts.scheduler, parts.capacity_tokens, parts.block_size,
+                        parts.capacity_tokens // parts.block_size, wall)
+    sched = parts.scheduler
+    summary["engine_profile"] = profile.name
+    summary["swap"] = {"swap_outs": sched.num_swap_outs, "swap_ins": sched.num_swap_ins,
+                       "bytes": sched.swapped_tokens * cfg.deployment.kv_bytes_per_token(),
+                       "time_s": engine.stepper.swap_s, "fallbacks_to_recompute": sched.swap_fallbacks}
+    summary["recomputed_tokens"] = sched.recomputed_tokens
+    summary["beam"] = {"death_rate": cfg.scheduler.beam_death_rate, "forks": sched.beam_forks,
+                       "copied_slots": sched.beam_copied_slots}
+    return SimResult(summary, columns, log)
+
+
+def _ids(trace: Trace) -> np.ndarray:
+    """Request ids as strings (the trace's own, else the line number)."""
+    return np.array([trace.request_id(i) for i in range(len(trace))], dtype=object)

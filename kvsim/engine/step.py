@@ -1,0 +1,248 @@
+"""One engine step as a plan, shared by the SimPy engine and the GPU harness replay. SimPy-free.
+
+`Stepper.step(now)` asks the scheduler for the next step (which does its memory bookkeeping), times
+it, and finishes it (emits tokens, retires finished requests), returning a `StepPlan`: who runs with
+how many prefill and decode tokens, every allocator call (sequences given memory, forks, copy-on-write
+block pairs, sequences freed, dead beams replaced by forks of survivors: `reforked`, made before the
+step's writes), swaps out and in, preemptions, finishes, the queue length, the memory
+while the step runs, its start and duration; the engine turns it into a timeout and a log row, the
+harness into kernel inputs (`gpu_harness.layout`), like vLLM's scheduler output with `blocks_to_copy`.
+
+`Stepper.window(last, now, next_arrival)` is the exact fast-forward: after a step that admitted,
+preempted, swapped and retired nothing, or after any step that left nothing queued or swapped out,
+the batch is in a steady decode phase and the next steps are predictable until a request reaches its
+last token, the free blocks run out, or (with an empty queue) a request arrives. It returns those steps as one plan (one entry per step in `starts`, `durations`,
+`waiting`, `memory`). Step boundaries within `TIE` of an arrival end the window, so the order of
+arrivals and steps is the same as stepping one at a time (tests compare the two).
+
+Timing lives in one place, `Stepper.step_seconds` / `Stepper.decode_seconds`: the cost model's kernel
+time, plus PCIe time for swaps, plus the engine profile's CPU time (`cpu_seconds(sequences)`, with
+sequences = decoding sequences + prefilling requests). Seconds throughout.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import accumulate
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+class MemoryRecord(Protocol):
+    """KV memory while a step runs, as the scheduler hands it over: the engine's own view of it, so that
+    nothing here imports an allocator (the allocators' `MemoryStats` named tuple is one). Token slots;
+    the five categories sum to `capacity_tokens`; blocks in the allocator's blocks (contiguous: slots)."""
+
+    capacity_tokens: int
+    token_states: int
+    reserved: int
+    internal_fragmentation: int
+    external_fragmentation: int
+    free: int
+    used_blocks: int
+    free_blocks: int
+    unshared_blocks: int        # blocks the live sequences would hold without sharing
+    cached_blocks: int          # free blocks still holding reusable prefix-cache contents
+
+
+TIE = 1e-9      # seconds, relative to the time: a step boundary this close to an arrival is a tie
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One engine step (or a window of decode steps of the same batch: its token counts are its first
+    step's; each later step reads `decode_seqs` more context tokens). Requests are trace indices;
+    sequences and blocks are ids as the allocator knows them; memory in token slots."""
+
+    # what runs
+    prefills: list[tuple[int, int]] = field(default_factory=list)  # (request, tokens computed)
+    prefill_tokens: int = 0
+    prefill_attn_tokens: int = 0      # sum of chunk x context-after-chunk
+    decodes: list[int] = field(default_factory=list)                # requests decoding one token
+    decode_seqs: int = 0
+    decode_context_tokens: int = 0    # KV tokens the decodes read, the new ones included
+    swap_tokens: int = 0              # KV slots moved over PCIe this step (either way)
+    batch_requests: int = 0           # running requests
+    # allocator calls, in order (made while scheduling, before the step's K/V writes)
+    allocated: list[tuple[int, int]] = field(default_factory=list)  # (seq, prefix-cache hit tokens)
+    forked: list[tuple[int, int]] = field(default_factory=list)     # (parent seq, child seq)
+    copies: list[tuple[int, int]] = field(default_factory=list)     # copy-on-write (src, dst) blocks
+    reforked: list[tuple[int, int]] = field(default_factory=list)   # beams: (parent seq, replaced seq)
+    copied_slots: int = 0             # KV slots the refork copied (contiguous memory; paged: 0)
+    freed: list[int] = field(default_factory=list)                  # seqs freed by preemption
+    preempted: list[int] = field(default_factory=list)              # requests
+    swapped_out: list[int] = field(default_factory=list)            # requests (of `preempted`)
+    swapped_in: list[int] = field(default_factory=list)             # requests (also in `decodes`)
+    limited_by: int = 0               # why requests still wait after it (LIMITS index; 0: none)
+    recomputed_tokens: int = 0        # computed tokens dropped by recompute preemptions this step
+    swap_fallbacks: int = 0           # swaps refused for want of CPU swap space (recomputed instead)
+    finished: list[int] = field(default_factory=list)               # retired after the step, seqs freed
+    samples_ended: list[int] = field(default_factory=list)          # seqs of samples that ended, freed
+    # time and memory: one entry per step (a window has several)
+    starts: list[float] = field(default_factory=list)               # s
+    durations: list[float] = field(default_factory=list)            # s
+    waiting: list[int] = field(default_factory=list)                # queued requests at each start
+    memory: list[MemoryRecord] = field(default_factory=list)        # while the step runs
+    compute_bound: list[bool] = field(default_factory=list)         # kernels compute- (not memory-) bound
+    tables: dict[int, list[int]] | None = None   # live seq -> block ids during the step (on request)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.starts)
+
+    @property
+    def end_s(self) -> float:
+        """When the (last) step ends, s."""
+        return self.starts[-1] + self.durations[-1]
+
+
+#: What held waiting requests back after a step (`StepPlan.limited_by`, the summary's `limited_by`).
+LIMITS = ("", "kv_memory", "max_num_seqs", "token_budget")
+
+
+class Stepper:
+    """Advances `scheduler` one step (or one fast-forward window) at a time, timed with `cost`
+    (`step_time(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens)` and
+    `swap_time(tokens)`, seconds; optionally `compute_bound(...)` with the same arguments) plus
+    `cpu_seconds(sequences)` (an engine profile's CPU time; None: none). `arrival_s` (sorted) is
+    needed only for windows. `swap_s` adds up the PCIe time of the steps so far."""
+
+    def __init__(self, scheduler, cost, arrival_s: Sequence[float] = (), cpu_seconds=None):
+        self.sched, self.cost = scheduler, cost
+        self.arrivals = list(arrival_s)
+        self.cpu_seconds = cpu_seconds
+        self.swap_s = 0.0
+        self._bound = getattr(cost, "compute_bound", None)
+
+    # -- timing: the one place a step's duration is computed -------------------------------------
+    def step_seconds(self, plan: StepPlan) -> float:
+        """Duration of the step `plan` describes: kernels, plus PCIe time for its swap traffic."""
+        duration = self.cost.step_time(plan.prefill_tokens, plan.prefill_attn_tokens,
+                                       plan.decode_seqs, plan.decode_context_tokens)
+        if plan.swap_tokens:
+            swap = self.cost.swap_time(plan.swap_tokens)
+            self.swap_s += swap
+            duration += swap
+        if self.cpu_seconds is not None:
+            duration += self.cpu_seconds(plan.decode_seqs + len(plan.prefills))
+        return duration
+
+    def decode_seconds(self, num_seqs: int, first_context: int, steps: int) -> list[float]:
+        """Durations of `steps` decode-only steps of `num_seqs` sequences reading `first_context`
+        context tokens in the first and `num_seqs` more in each next one (a window): the same as
+        `step_seconds` of each such step (kernels, then the profile's CPU time), computed at once when
+        the cost model can."""
+        at_once = getattr(self.cost, "decode_step_times", None)
+        if at_once is not None:
+            durations = at_once(num_seqs, first_context, steps)
+        else:
+            step_time = self.cost.step_time
+            durations = [step_time(0, 0, num_seqs, c)
+                         for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
+        if self.cpu_seconds is not None:
+            cpu = self.cpu_seconds(num_seqs)
+            durations = [d + cpu for d in durations]
+        return durations
+
+    def _compute_bound(self, plan: StepPlan, num_seqs: int | None = None, context: int = 0) -> bool:
+        """Whether the kernels of `plan`'s step (or of a decode step of `num_seqs` sequences reading
+        `context` tokens) are compute-bound; False for cost models that do not say."""
+        if self._bound is None:
+            return False
+        if num_seqs is not None:
+            return self._bound(0, 0, num_seqs, context)
+        return self._bound(plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs,
+                           plan.decode_context_tokens)
+
+    # -- one step -----------------------------------------------------------------------------
+    def step(self, now: float, tables: bool = False) -> StepPlan | None:
+        """Schedule, time and finish the step that starts at `now`; None when nothing can run.
+        `tables`: also copy every live sequence's block table into the plan (paged; the harness)."""
+        sched = self.sched
+        plan = sched.schedule(now)
+        if plan is None:
+            return None
+        plan.waiting.append(len(sched.waiting))
+        plan.memory.append(sched.memory())
+        if tables:
+            plan.tables = sched.block_tables()
+        duration = self.step_seconds(plan)
+        plan.starts.append(now)
+        plan.durations.append(duration)
+        bound = self._bound           # (`_compute_bound(plan)`, inlined)
+        plan.compute_bound.append(bound(plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs,
+                                        plan.decode_context_tokens) if bound is not None else False)
+        sched.finish(plan, now + duration)
+        return plan
+
+    # -- many steps at once -------------------------------------------------------------------
+    def window(self, last: StepPlan, now: float, next_arrival: int) -> StepPlan | None:
+        """After step `last` ended at `now`, with arrivals before index `next_arrival` queued: the
+        next steady decode steps as one plan (at least two), or None."""
+        sched, times = self.sched, self.arrivals
+        if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped):
+            return None      # the next step may admit or swap in (else it only decodes: steady)
+        if not last.waiting[-1] and (sched.waiting or (next_arrival < len(times)
+                                                       and times[next_arrival] <= now + last.durations[-1])):
+            return None      # something arrived (or arrives within a step) and would be admitted
+        steady = sched.steady_decodes()
+        if steady is None:
+            return None
+        ids, steps, context = steady
+        if steps < 2:
+            return None
+        num_seqs = len(ids)
+        if not sched.waiting and next_arrival < len(times):
+            # the next arrival ends the window (it would be admitted); steps only lengthen, so
+            # none starting after the first's duration x this many can be in it
+            first = self.decode_seconds(num_seqs, context + num_seqs, 1)[0]
+            if first > 0:
+                steps = min(steps, int((times[next_arrival] - now) / first) + 2)
+        durations = self.decode_seconds(num_seqs, context + num_seqs, steps)
+        ends = list(accumulate(durations, initial=now))     # ends[j] = start of step j
+        k, waiting = self._arrivals_in(ends, steps, next_arrival, len(sched.waiting))
+        # the window's end is the next step's start: no tie with an arrival, and exactly reachable
+        while k and (now + (ends[k] - now) != ends[k] or _ties(times, next_arrival, ends[k])):
+            k -= 1
+        if k < 2:
+            return None
+        memory = sched.advance(ids, k)
+        at_first, at_last = (self._compute_bound(last, num_seqs, context + j * num_seqs) for j in (1, k))
+        if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
+            bound = [at_first] * k
+        else:
+            bound = [self._compute_bound(last, num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
+        return StepPlan(decodes=list(sched.running), decode_seqs=num_seqs,
+                        decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
+                        limited_by=last.limited_by, starts=ends[:k], durations=durations[:k],
+                        waiting=waiting[:k], memory=memory, compute_bound=bound)
+
+    def _arrivals_in(self, starts: list[float], steps: int, nxt: int, queued: int) -> tuple[int, list[int]]:
+        """How many of the `steps` steps starting at `starts` can be in a window, and the queue length
+        at each start, given `queued` requests queued now and arrivals from index `nxt` on. An arrival
+        counts at the first step that starts after it (within `TIE`, it ties: the window ends before
+        that step); one that would be admitted there (the queue was empty) ends the window too."""
+        times, never_served = self.arrivals, self.sched.never_served
+        added = [0] * (steps + 1)            # arrivals queued just before each step
+        k, j = steps, 0
+        while nxt < len(times):
+            ta = times[nxt]
+            j = max(j, bisect_left(starts, ta - 2 * TIE * (1 + ta), j, steps))
+            while j < steps and not ta < starts[j] + TIE * (1 + starts[j]):
+                j += 1
+            if j == steps:
+                break
+            if ta > starts[j] - TIE * (1 + starts[j]) or (not queued and not never_served(nxt)):
+                k = j                        # a tie, or admitted at step j: the window stops before
+                break
+            if not never_served(nxt):
+                queued += 1
+                added[j] += 1
+            nxt += 1
+        base = queued - sum(added)
+        return k, [base + x for x in accumulate(added[:k])]
+
+
+def _ties(times: list[float], start: int, t: float) -> bool:
+    """Whether an arrival at or after index `start` is within `TIE` of time `t`."""
+    i = bisect_left(times, t - TIE * (1 + t), start)
+    return i < len(times) and times[i] <= t + TIE * (1 + t)

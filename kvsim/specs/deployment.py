@@ -1,0 +1,98 @@
+"""A model on tensor-parallel GPUs (`Deployment`) and the KV capacity it leaves, in token slots.
+
+`--kv-gib` and `--num-blocks` describe the whole deployment (all tensor-parallel GPUs together), as the
+vLLM paper's Table 1 does. Bytes and tokens throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvsim.specs.gpu import GpuSpec
+from kvsim.specs.model import GIB, ModelSpec
+
+#: Per-GPU memory outside PyTorch's allocator (CUDA context, cuBLAS workspaces, NCCL buffers), kept back
+#: when the KV size is derived from `--gpu-mem-util`. vLLM's memory profiler logs 0.16-0.20 GiB
+#: (vllm-project/vllm#12126, #14447) up to 1.79 GiB (#10511, Llama-3-8B on an H100) for it.
+NON_TORCH_RESERVE_BYTES = GIB // 2
+#: Peak activation memory of the profiling forward pass, in units of hidden_size x dtype bytes per
+#: batched token: vLLM runs one pass of `--max-num-batched-tokens` tokens and keeps its peak back.
+#: vllm-project/vllm#10511 logs 1.26 GiB for Llama-3-8B (hidden 4096, bf16) at 8192 tokens:
+#: 1.26 GiB / (8192 x 4096 x 2 B) = 20.2.
+ACTIVATION_HIDDENS_PER_BATCHED_TOKEN = 20
+
+#: The most KV token slots a run may have (about 1.1e15): counts stay exact in float64 time averages,
+#: and no real deployment comes near (OPT-13B would need 800 PiB of KV memory).
+MAX_CAPACITY_TOKENS = 2**50
+
+
+def activation_reserve_bytes(model: ModelSpec, max_batched_tokens: int) -> float:
+    """Per-GPU memory kept back besides weights and KV: NON_TORCH_RESERVE_BYTES plus the peak of a
+    forward pass over `max_batched_tokens` tokens (ACTIVATION_HIDDENS_PER_BATCHED_TOKEN hiddens each)."""
+    return (NON_TORCH_RESERVE_BYTES
+            + max_batched_tokens * ACTIVATION_HIDDENS_PER_BATCHED_TOKEN * model.hidden_size * model.dtype_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A model on `tp` GPUs of one kind with tensor parallelism: weights and attention heads split evenly
+    (tp must divide the attention heads); KV heads split, or replicated when tp exceeds them so that each
+    GPU holds one whole KV head (tp must then be a multiple of the KV heads), as vLLM does."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise ValueError(f"tensor-parallel degree must be >= 1, got {self.tp}")
+        m = self.model
+        if m.num_heads % self.tp:
+            raise ValueError(f"--tp {self.tp}: {m.name}'s {m.num_heads} attention heads cannot be split "
+                             f"evenly over {self.tp} GPUs (tp must divide {m.num_heads})")
+        if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
+            raise ValueError(f"--tp {self.tp}: {m.name}'s {m.num_kv_heads} KV heads can be neither split "
+                             f"evenly nor replicated evenly over {self.tp} GPUs (tp must divide "
+                             f"{m.num_kv_heads} or be a multiple of it)")
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token on all `tp` GPUs together (replicated KV heads count on each)."""
+        return self.tp * self.model.kv_bytes_per_token(self.tp)
+
+    def kv_capacity_tokens(self, kv_gib: float | None = None, num_blocks: int | None = None,
+                           block_size: int = 16, gpu_mem_util: float = 0.9,
+                           max_batched_tokens: int = 8192) -> int:
+        """KV slots (tokens) of the whole deployment.
+
+        Exactly one source decides: `kv_gib` (GiB of KV, all GPUs together), `num_blocks` (blocks of
+        `block_size` tokens), or else each GPU's memory (as the device reports it) x `gpu_mem_util`
+        minus its share of the weights and `activation_reserve_bytes(model, max_batched_tokens)`.
+        """
+        if kv_gib is not None and num_blocks is not None:
+            raise ValueError("give --kv-gib or --num-blocks, not both")
+        per_token = self.kv_bytes_per_token()  # whole deployment
+        if num_blocks is not None:
+            if num_blocks <= 0:
+                raise ValueError(f"--num-blocks must be positive, got {num_blocks}")
+            return _bounded(num_blocks * block_size, f"--num-blocks {num_blocks} x --block-size {block_size}")
+        if kv_gib is not None:
+            if not math.isfinite(kv_gib) or kv_gib <= 0:
+                raise ValueError(f"--kv-gib must be positive and finite, got {kv_gib}")
+            return _bounded(int(math.floor(kv_gib * GIB / per_token)), f"--kv-gib {kv_gib:g}")
+        if not 0 < gpu_mem_util <= 1:
+            raise ValueError(f"--gpu-mem-util must be in (0, 1], got {gpu_mem_util}")
+        per_gpu = (self.gpu.memory_bytes * gpu_mem_util - self.model.weight_bytes / self.tp
+                   - activation_reserve_bytes(self.model, max_batched_tokens))
+        if per_gpu <= 0:
+            raise ValueError(f"{self.model.name} on {self.tp} x {self.gpu.name} at gpu-mem-util "
+                             f"{gpu_mem_util}: weights leave no memory for the KV cache")
+        return _bounded(int(math.floor(per_gpu * self.tp / per_token)), f"--tp {self.tp}")
+
+
+def _bounded(capacity_tokens: int, source: str) -> int:
+    """`capacity_tokens`, or a ValueError naming the flag (`source`) when it passes MAX_CAPACITY_TOKENS."""
+    if capacity_tokens > MAX_CAPACITY_TOKENS:
+        raise ValueError(f"{source}: {capacity_tokens:.3g} KV token slots is more than kvsim models "
+                         f"(at most 2^50 = {MAX_CAPACITY_TOKENS:.3g})")
+    return capacity_tokens

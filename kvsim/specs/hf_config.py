@@ -1,0 +1,147 @@
+"""A `ModelSpec` from a Hugging Face `config.json`: dense and MoE shapes, and quantized weights.
+
+Parameters are counted from the shapes (attention, MLP or experts, router, embeddings; norms and
+biases are left out, under 0.1 %). A MoE model's weights count every expert; its active parameters
+(what one token computes with) count `num_experts_per_tok` routed experts plus the shared ones.
+Quantized checkpoints (`quantization_config`) store the linear layers in fewer bytes and keep the
+embeddings and LM head in the model dtype. Units: parameters and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvsim.files import read_json_object
+from kvsim.specs.model import ModelSpec
+
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
+
+#: quant_method -> bytes per weight when the config gives no bit width (fp8 variants store one byte).
+_FIXED_BYTES = {"fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0}
+#: Integer methods with `bits` and `group_size`: each group of g weights also stores an fp16 scale and
+#: a `bits`-wide zero point, so bytes per weight = bits / 8 + (2 + bits / 8) / g (g = -1: per channel).
+_GROUPED = ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin")
+
+
+def weight_bytes_per_param(quant: dict, where: str) -> float:
+    """Bytes per quantized weight for a `quantization_config` (fp8, int8, int4 awq/gptq, bitsandbytes,
+    compressed-tensors); ValueError naming the field for anything else."""
+    method = str(quant.get("quant_method", "")).lower()
+    if method in _FIXED_BYTES:
+        return _FIXED_BYTES[method]
+    if method == "bitsandbytes":
+        return 0.5 if quant.get("load_in_4bit") else 1.0
+    if method in _GROUPED:
+        bits = _quant_int(quant, ("bits", "w_bit"), 4, 1, where)
+        group = _quant_int(quant, ("group_size", "q_group_size"), 128, -1, where)   # -1: one group per row
+        return bits / 8 + ((2 + bits / 8) / group if group > 0 else 0.0)
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups") or {}
+        for name, group in groups.items():
+            weights = group.get("weights") or {}
+            if "num_bits" in weights:
+                path = f"quantization_config.config_groups.{name}.weights"
+                return _quant_int(weights, ("num_bits",), 8, 1, where, path) / 8
+        raise ValueError(f"{where}: quantization_config.config_groups has no weights.num_bits")
+    known = ", ".join([*_FIXED_BYTES, "bitsandbytes", *_GROUPED, "compressed-tensors"])
+    raise ValueError(f"{where}: quantization_config.quant_method {method!r} is not known; known: {known}")
+
+
+def _quant_int(quant: dict, keys: tuple[str, ...], default: int, low: int, where: str,
+               path: str = "quantization_config") -> int:
+    """The first of `keys` present in `quant` (else `default`) as an int >= `low`; ValueError naming it."""
+    key = next((k for k in keys if k in quant), None)
+    if key is None:
+        return default
+    value = quant[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{where}: {path}.{key} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+#: Integer fields read from a config: shapes must be >= 1, counts and optional sizes >= 0.
+_SHAPES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
+           "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "max_position_embeddings",
+           "n_positions", "max_seq_len", "vocab_size")
+_COUNTS = ("intermediate_size", "ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+           "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
+           "first_k_dense_replace")
+
+
+def _check_integers(cfg: dict, path: Path) -> None:
+    """ValueError naming the file and field for an integer field that is not a JSON integer in range
+    (a string "32", 32.0, 0 heads); null means absent."""
+    for key in _SHAPES + _COUNTS:
+        value = cfg.get(key)
+        low = 1 if key in _SHAPES else 0
+        if value is not None and (type(value) is not int or value < low):
+            raise ValueError(f"{path}: field {key!r} must be an integer >= {low}, got {json.dumps(value)}")
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a Hugging Face `config.json` (or a folder holding one): LLaMA/Mistral/Qwen,
+    Mixtral and Qwen-MoE, and OPT key names."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    cfg = read_json_object(path, "model config")
+    _check_integers(cfg, path)
+
+    def need(*keys):
+        for key in keys:
+            if key in cfg:
+                return int(cfg[key])
+        raise ValueError(f"{path}: field {keys[0]!r} missing from model config")
+
+    if "kv_lora_rank" in cfg:
+        raise ValueError(f"{path}: field 'kv_lora_rank': multi-head latent attention (DeepSeek) is not "
+                         "modelled; its KV cache is not heads x head_dim")
+    layers = need("num_hidden_layers", "n_layer", "num_layers")
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head")
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    max_len = need("max_position_embeddings", "n_positions", "max_seq_len")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16").replace("torch.", "")
+    dtype_bytes = _DTYPE_BYTES.get(dtype, 2)
+    vocab = int(cfg.get("vocab_size", 32000))
+    tied = bool(cfg.get("tie_word_embeddings", cfg.get("model_type") == "opt"))
+
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    ffn = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
+    mats = 3 if "intermediate_size" in cfg else 2          # gated MLP (LLaMA) vs fc1/fc2 (OPT)
+    dense_mlp = mats * hidden * ffn
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
+    per_token = int(cfg.get("num_experts_per_tok") or 0) if experts else 0
+    if experts and not 0 < per_token <= experts:
+        raise ValueError(f"{path}: field 'num_experts_per_tok' must be in [1, {experts}] for a MoE model")
+    if experts:
+        expert = 3 * hidden * int(cfg.get("moe_intermediate_size") or ffn)
+        shared_ffn = int(cfg.get("shared_expert_intermediate_size")
+                         or int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_intermediate_size") or ffn))
+        shared = 3 * hidden * shared_ffn + (hidden if "shared_expert_intermediate_size" in cfg else 0)
+        router = hidden * experts
+        dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), layers)
+        moe_layers = layers - dense_layers
+        total_layers = dense_layers * (attention + dense_mlp) + moe_layers * (attention + experts * expert + router + shared)
+        active_layers = dense_layers * (attention + dense_mlp) + moe_layers * (attention + per_token * expert + router + shared)
+    else:
+        total_layers = active_layers = layers * (attention + dense_mlp)
+    embeddings = vocab * hidden * (1 if tied else 2)
+    params, active = total_layers + embeddings, active_layers + embeddings
+
+    quant = cfg.get("quantization_config")
+    wbytes = None
+    if quant is not None:
+        if not isinstance(quant, dict):
+            raise ValueError(f"{path}: field 'quantization_config' must be an object")
+        try:
+            wbytes = weight_bytes_per_param(quant, str(path))
+        except (TypeError, AttributeError, ZeroDivisionError) as exc:
+            raise ValueError(f"{path}: field 'quantization_config' is malformed ({exc})") from None
+    name = cfg.get("_name_or_path") or path.parent.name or path.stem
+    return ModelSpec(str(name), layers, hidden, heads, kv_heads, head_dim, dtype_bytes, max_len,
+                     float(params), active_params=float(active) if experts else None,
+                     num_experts=experts, experts_per_token=per_token, weight_bytes_per_param=wbytes,
+                     unquantized_params=float(embeddings) if wbytes is not None else 0.0)
