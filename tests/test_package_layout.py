@@ -1,0 +1,165 @@
+"""The package layout keeps its rules (issue 17): no import circle in kvsim (imports inside functions
+count), at most eight modules at the top of kvsim, none over 300 lines, the engine's step plan free of
+the allocators, only the scheduler's modules calling into `kvsim.alloc`, and no torch, triton or (in
+what the GPU harness imports) SimPy where they must not be.
+
+`python -m pytest tests/test_package_layout.py -q` is the command that shows there is no circle; `import_graph`
+and `find_cycle` are checked on small graphs first so that a broken checker cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_names(package: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under `package` (a package is its __init__)."""
+    base = package.parent
+    return {".".join(p.relative_to(base).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted(package.rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `path` imports anywhere in its body (functions included); `from a
+    import b` counts as importing `a.b` when that is a module, else `a`."""
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in out if m in known} - {name}
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports. An import of a module's own parent package is left
+    out (Python runs the parent's __init__ first either way; it is not a tie between layers)."""
+    mods = module_names(package)
+    known = set(mods)
+    return {m: {d for d in imports_of(m, p, known) if not m.startswith(d + ".")} for m, p in mods.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `graph` as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
+
+    def visit(u: str, stack: list[str]) -> list[str] | None:
+        state[u] = 1
+        stack.append(u)
+        for v in sorted(graph.get(u, ())):
+            if state.get(v) == 1:
+                return stack[stack.index(v):] + [v]
+            if not state.get(v) and (found := visit(v, stack)):
+                return found
+        stack.pop()
+        state[u] = 2
+        return None
+
+    for u in sorted(graph):
+        if not state.get(u) and (found := visit(u, [])):
+            return found
+    return None
+
+
+def test_checker_finds_a_circle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "p"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from p.sub import b\n")     # parent -> child: not a tie
+    (pkg / "a.py").write_text("from p.sub.b import x\n")
+    (pkg / "sub" / "b.py").write_text("from p import c\nx = 1\n")
+    (pkg / "c.py").write_text("def f():\n    from .a import g\n")
+    graph = import_graph(pkg)
+    assert graph["p.a"] == {"p.sub.b"} and graph["p.sub.b"] == {"p.c"} and graph["p.c"] == {"p.a"}
+    assert find_cycle(graph) == ["p.a", "p.sub.b", "p.c", "p.a"]
+    (pkg / "c.py").write_text("def f():\n    pass\n")
+    assert find_cycle(import_graph(pkg)) is None
+
+
+def test_no_import_circle_in_kvsim():
+    assert find_cycle(import_graph(ROOT / "kvsim")) is None
+
+
+def test_at_most_eight_top_level_modules_and_none_over_300_lines():
+    top = sorted(p.name for p in (ROOT / "kvsim").glob("*.py"))
+    assert len(top) <= 8, top
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "kvsim").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 300}
+    assert not long
+
+
+def test_every_subpackage_says_what_it_holds():
+    for init in (ROOT / "kvsim").glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and "import" in doc.lower(), f"{init.relative_to(ROOT)} has no docstring saying what it may import"
+
+
+def test_only_the_scheduler_reaches_the_allocators():
+    """Inside kvsim.engine only the scheduler's modules call an allocator (`build` makes one, `config`
+    names the kinds); the step plan, the SimPy loop and the metrics know none."""
+    graph = import_graph(ROOT / "kvsim")
+    users = {m for m, deps in graph.items() if m.startswith("kvsim.engine.")
+             and any(d == "kvsim.alloc" or d.startswith("kvsim.alloc.") for d in deps)}
+    assert users <= {"kvsim.engine.scheduler", "kvsim.engine.request_state", "kvsim.engine.lazy_decode",
+                     "kvsim.engine.build", "kvsim.engine.config"}, users
+    assert "kvsim.engine.step" not in users
+
+
+def test_no_torch_or_triton_in_kvsim_and_no_simpy_under_the_harness():
+    graph = import_graph(ROOT / "kvsim")
+    for name, path in module_names(ROOT / "kvsim").items():
+        tops = {n.split(".")[0] for n in _all_imports(path)}
+        assert not tops & {"torch", "triton"}, name
+    # what gpu_harness imports of kvsim, and everything that pulls in, must not need SimPy
+    harness = set()
+    for path in (ROOT / "gpu_harness").rglob("*.py"):
+        harness |= {n for n in _all_imports(path) if n in graph}
+    seen, todo = set(), list(harness)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            # a module's parent package runs first; kvsim's own __init__ loads its names lazily
+            todo += graph[m] | ({m.rpartition(".")[0]} & set(graph) - {"kvsim"})
+    simpy_users = {m for m in seen if "simpy" in {n.split(".")[0] for n in _all_imports(
+        module_names(ROOT / "kvsim")[m])}}
+    assert not simpy_users, simpy_users
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Absolute imports anywhere in `path`, except inside a `try` that handles ImportError (an optional
+    import with a fallback, as the harness's `--expect`-less replay check)."""
+    out: set[str] = set()
+    for node in _walk_unguarded(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def _walk_unguarded(node: ast.AST):
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Try) and any(_catches_import_error(h) for h in child.handlers):
+            for rest in (*child.handlers, *child.orelse, *child.finalbody):
+                yield from _walk_unguarded(rest)
+            continue
+        yield from _walk_unguarded(child)
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
