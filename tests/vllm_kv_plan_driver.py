@@ -10,7 +10,8 @@ vLLM builds everything that decides the figures: the Mamba state shapes and dtyp
 get_mamba_state_shape_from_config / get_mamba_state_dtype_from_config on the HF config), the block size
 (Platform._align_hybrid_block_size with the Triton attention backend's kernel blocks), the layer specs
 (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec, MambaSpec), the
-groups (get_kv_cache_groups), the pool (get_kv_cache_config_from_groups) and the figures
+groups (get_kv_cache_groups), the pool and vLLM's check that one max-length request fits
+(get_kv_cache_configs) and the figures
 (get_kv_cache_capacity). Only the VllmConfig is a stand-in holding the fields these functions read.
 """
 import json
@@ -147,8 +148,8 @@ def run(case):
     if config.model_config.is_hybrid:
         Platform._align_hybrid_block_size(config, TritonAttentionBackend)
     specs = layer_specs(case, config)
-    groups = planning.get_kv_cache_groups(config, specs)
-    kv_config = planning.get_kv_cache_config_from_groups(config, groups, case["kv_bytes_per_gpu"])
+    groups = planning.get_kv_cache_groups(config, dict(specs))
+    kv_config = planning.get_kv_cache_configs(config, [specs], [case["kv_bytes_per_gpu"]], groups)[0]
     tokens, concurrency = get_kv_cache_capacity(config, kv_config)
     return {"block_size": config.cache_config.block_size, "num_blocks": kv_config.num_blocks,
             "num_groups": len(groups), "max_concurrency": concurrency, "capacity_tokens": tokens}

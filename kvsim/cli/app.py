@@ -92,6 +92,10 @@ HashBlockOpt = typer.Option(None, "--hash-block-size", min=1, help="Tokens per b
                             "block_hashes (Mooncake: 512; default: the trace's own, else --block-size).")
 JsonOpt = typer.Option(None, "--json", help="Write the summary as JSON here.")
 QuietOpt = typer.Option(False, "--quiet", help="No progress bar and no table.")
+HybridOpt = typer.Option(None, "--hybrid-kv-cache/--no-hybrid-kv-cache", help="vLLM's hybrid KV cache "
+                         "manager for models with sliding-window, chunked-local or Mamba layers (default: "
+                         "vLLM's choice, off for chunked local attention); --no-hybrid-kv-cache is vLLM's "
+                         "--disable-hybrid-kv-cache-manager: every layer sized as full attention.")
 MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the trace's first N requests.")
 
 
@@ -131,6 +135,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
         max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
+        hybrid_kv_cache: Optional[bool] = HybridOpt,
         swap_multi_seq: bool = typer.Option(False, "--swap-multi-seq", help="Preempt requests with more "
                                             "than one sequence (n > 1, beams) by swap even under "
                                             "--preemption recompute (vLLM 2023)."),
@@ -163,7 +168,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
-                                         placement=placement.value),
+                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
