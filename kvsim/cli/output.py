@@ -221,7 +221,7 @@ def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
                   f"{plan.max_concurrency:.2f}x", highlight=False)
     if plan.note:
         console.print(f"note: {plan.note}", highlight=False)
-    if simulated_tokens is not None and plan.hybrid:
+    if simulated_tokens is not None and any(g.kind in ("sliding", "chunked", "mamba") for g in plan.groups):
         mamba = "; Mamba states not counted" if any(g.kind == "mamba" for g in plan.groups) else ""
         console.print(f"note: the simulation sizes layers as full attention ({simulated_tokens:,} token "
                       f"slots{mamba}) until kvsim's hybrid allocator lands; the figures above are vLLM's",
