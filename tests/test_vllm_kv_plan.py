@@ -35,6 +35,8 @@ MODELS = (("gpt-oss-20b", (1, 2, 8), (None, 8192)), ("gpt-oss-120b", (1, 4), (No
           ("gemma-3-27b", (1, 2, 4), (None, 32768)), ("llama-4-scout", (2, 8), (131072, 1048576)),
           ("deepseek-v3", (1, 8), (None, 32768)), ("qwen3-next-80b-a3b", (1, 2, 4), (None, 32768)),
           ("nemotron-h-8b", (1, 2, 8), (None,)))
+#: (hybrid manager, --max-num-batched-tokens, prefix caching: Mamba's "align" mode, two state blocks)
+VARIANTS = ((True, 8192, False), (False, 8192, False), (True, 2048, False), (True, 8192, True))
 
 
 def _cases() -> list[dict]:
@@ -43,11 +45,11 @@ def _cases() -> list[dict]:
         for tp in tps:
             for length in lengths:
                 for memory in MEMORIES:
-                    for hybrid, batched in ((True, 8192), (False, 8192), (True, 2048)):
+                    for hybrid, batched, prefix in VARIANTS:
                         cases.append(dict(model=name, tp=tp, block_size=16,
                                           max_model_len=get_model(name).with_max_model_len(length).max_seq_len,
                                           max_num_batched_tokens=batched, kv_bytes_per_gpu=int(memory),
-                                          hybrid=hybrid))
+                                          hybrid=hybrid, prefix_caching=prefix))
     return cases
 
 
@@ -65,7 +67,8 @@ def _kvsim(case: dict) -> dict:
     model = get_model(case["model"]).with_max_model_len(case["max_model_len"])
     try:
         plan = plan_kv_cache(model, case["tp"], case["block_size"], kv_bytes_per_gpu=case["kv_bytes_per_gpu"],
-                             max_num_batched_tokens=case["max_num_batched_tokens"], hybrid=case["hybrid"])
+                             max_num_batched_tokens=case["max_num_batched_tokens"], hybrid=case["hybrid"],
+                             prefix_caching=case["prefix_caching"])
     except ValueError as exc:
         return {"error": str(exc)}
     return {"block_size": plan.block_size, "num_blocks": plan.num_blocks, "num_groups": len(plan.groups),

@@ -3,7 +3,8 @@
 stdin: JSON list of cases, each {"layers": [{"kind", "count", "num_kv_heads", "head_dim", "window",
 "chunk", "latent_dim"}], "hf_config": the config.json fields (its text config), "architecture",
 "mamba_ssm_cache_dtype" (or null), "tp", "block_size", "max_model_len", "max_num_batched_tokens",
-"kv_bytes_per_gpu", "hybrid"}. stdout: JSON list of {"block_size", "num_blocks", "num_groups",
+"kv_bytes_per_gpu", "hybrid", "prefix_caching", "layout" (a KVCacheLayout name, default LBNHC:
+these presets' figures are the same under every layout)}. stdout: JSON list of {"block_size", "num_blocks", "num_groups",
 "max_concurrency", "capacity_tokens"} or {"error"}.
 
 vLLM builds everything that decides the figures: the Mamba state shapes and dtypes (the model class's
@@ -26,6 +27,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 logging.disable(logging.WARNING)
 
 import torch  # noqa: E402
+from vllm.model_executor.layers.mamba import abstract  # noqa: E402
 from vllm.platforms.interface import Platform  # noqa: E402
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend  # noqa: E402
 from vllm.v1.core import kv_cache_planning as planning  # noqa: E402
@@ -35,6 +37,9 @@ from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttention
 from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 
 Platform._find_non_ssm_backends = classmethod(lambda cls, config: [TritonAttentionBackend])
+# No layer of these models declares a prefill checkpoint alignment on this backend (Mamba-2 layers never
+# do; the gated delta net only with FlashInfer's kernels): the lookup needs live layers, so it is fixed here.
+abstract.get_mamba_prefill_checkpoint_alignment = lambda config: None
 
 
 def vllm_config(case):
@@ -55,11 +60,14 @@ def vllm_config(case):
         get_head_size=lambda: attn[0]["latent_dim"] if use_mla else attn[0]["head_dim"])
     cache = SimpleNamespace(
         block_size=case["block_size"], cache_dtype="auto", mamba_cache_dtype="auto",
-        mamba_ssm_cache_dtype=case.get("mamba_ssm_cache_dtype") or "auto", mamba_cache_mode="none",
-        mamba_block_size=case["max_model_len"], mamba_page_size_padded=None, kv_cache_dtype_skip_layers=None,
+        mamba_ssm_cache_dtype=case.get("mamba_ssm_cache_dtype") or "auto",
+        # MambaModelConfig.verify_and_update_config: "align" with prefix caching, else "none" and
+        # Mamba blocks of max_model_len tokens
+        mamba_cache_mode="align" if case.get("prefix_caching") else "none",
+        enable_prefix_caching=bool(case.get("prefix_caching")),
+        mamba_block_size=case["block_size"] if case.get("prefix_caching") else case["max_model_len"], mamba_page_size_padded=None, kv_cache_dtype_skip_layers=None,
         user_specified_block_size=True, num_gpu_blocks_override=None, prefix_cache_retention_interval=None,
-        skip_page_size_padded=None, use_replayssm=False, get_resolved_kv_cache_layout=lambda: KVCacheLayout.LBNHC
-        if hasattr(KVCacheLayout, "LBNHC") else list(KVCacheLayout)[0])
+        skip_page_size_padded=None, use_replayssm=False, get_resolved_kv_cache_layout=lambda: KVCacheLayout[case.get("layout", "LBNHC")])
     return SimpleNamespace(
         model_config=model, cache_config=cache,
         parallel_config=SimpleNamespace(tensor_parallel_size=tp, decode_context_parallel_size=1,
