@@ -80,6 +80,18 @@ def test_mamba_block_size_by_hand():
         plan_kv_cache(get_model("qwen3-next-80b-a3b"), 1, 16, kv_bytes_per_gpu=40 * GIB, hybrid=False)
 
 
+def test_jamba_from_attn_layer_period_by_hand():
+    # ai21labs/Jamba-v0.1: attention where i % 8 == 4 (4 of 32 layers), Mamba-1 elsewhere: conv 8192 x 3
+    # and state 8192 x 16, bf16; MoE on every other layer: 51.6B total, 12.1B active (model card: 52B, 12B)
+    jamba = load_hf_config(CONFIGS / "jamba-v0.1.json")
+    assert [(g.kind, g.num_layers) for g in jamba.layer_groups] == [("mamba", 28), ("full", 4)]
+    assert jamba.state_bytes_per_request(1) == 28 * (8192 * 3 + 8192 * 16) * 2
+    assert jamba.num_params == pytest.approx(52e9, rel=0.01) and jamba.active_params == pytest.approx(12e9, rel=0.01)
+    # 16 x ceil(311296 B state / (16 x 4096 B per token)) = 80-token blocks; 28 / 4 -> 7 Mamba groups + 1
+    plan = plan_kv_cache(jamba, 1, 16, kv_bytes_per_gpu=8 * GIB)
+    assert plan.block_size == 80 and len(plan.groups) == 8
+
+
 def test_chunked_local_attention_is_off_by_default_as_in_vllm():
     scout = get_model("llama-4-scout").with_max_model_len(131072)
     default = plan_kv_cache(scout, 4, 16, kv_bytes_per_gpu=20 * GIB)

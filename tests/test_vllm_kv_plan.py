@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.specs import GIB, get_model
+from kvsim.specs.hf_config import load_hf_config
 from kvsim.specs.kv_groups import plan_kv_cache
 
 HERE = Path(__file__).parent
@@ -34,7 +35,15 @@ MEMORIES = (6 * GIB, 24 * GIB, 70_000_012_345)
 MODELS = (("gpt-oss-20b", (1, 2, 8), (None, 8192)), ("gpt-oss-120b", (1, 4), (None,)),
           ("gemma-3-27b", (1, 2, 4), (None, 32768)), ("llama-4-scout", (2, 8), (131072, 1048576)),
           ("deepseek-v3", (1, 8), (None, 32768)), ("qwen3-next-80b-a3b", (1, 2, 4), (None, 32768)),
-          ("nemotron-h-8b", (1, 2, 8), (None,)))
+          ("nemotron-h-8b", (1, 2, 8), (None,)), ("jamba-v0.1", (1, 2), (None, 32768)))
+
+
+def _model(name: str):
+    """The preset, or for a model without one the spec read from tests/data/hf_configs."""
+    try:
+        return get_model(name)
+    except ValueError:
+        return load_hf_config(HERE / "data" / "hf_configs" / f"{name}.json")
 #: (hybrid manager, --max-num-batched-tokens, prefix caching: Mamba's "align" mode, two state blocks)
 VARIANTS = ((True, 8192, False), (False, 8192, False), (True, 2048, False), (True, 8192, True))
 
@@ -47,7 +56,7 @@ def _cases() -> list[dict]:
                 for memory in MEMORIES:
                     for hybrid, batched, prefix in VARIANTS:
                         cases.append(dict(model=name, tp=tp, block_size=16,
-                                          max_model_len=get_model(name).with_max_model_len(length).max_seq_len,
+                                          max_model_len=_model(name).with_max_model_len(length).max_seq_len,
                                           max_num_batched_tokens=batched, kv_bytes_per_gpu=int(memory),
                                           hybrid=hybrid, prefix_caching=prefix))
     return cases
@@ -57,14 +66,14 @@ def _driver_input(case: dict) -> dict:
     """A case as the vLLM driver takes it: the config.json (its text config) and the layers by kind."""
     cfg = json.loads((HERE / "data" / "hf_configs" / f"{case['model']}.json").read_text())
     layers = [dict(kind=g.kind, count=g.num_layers, num_kv_heads=g.num_kv_heads, head_dim=g.head_dim,
-                   window=g.window, chunk=g.chunk, latent_dim=g.latent_dim) for g in get_model(case["model"]).groups]
+                   window=g.window, chunk=g.chunk, latent_dim=g.latent_dim) for g in _model(case["model"]).groups]
     return dict(case, architecture=cfg["architectures"][0], hf_config=cfg.get("text_config", cfg),
                 mamba_ssm_cache_dtype="float32" if cfg.get("model_type") == "nemotron_h" else None,
                 layers=layers)
 
 
 def _kvsim(case: dict) -> dict:
-    model = get_model(case["model"]).with_max_model_len(case["max_model_len"])
+    model = _model(case["model"]).with_max_model_len(case["max_model_len"])
     try:
         plan = plan_kv_cache(model, case["tp"], case["block_size"], kv_bytes_per_gpu=case["kv_bytes_per_gpu"],
                              max_num_batched_tokens=case["max_num_batched_tokens"], hybrid=case["hybrid"],

@@ -150,6 +150,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         shared = 3 * hidden * shared_ffn + (hidden if "shared_expert_intermediate_size" in cfg else 0)
         router = hidden * experts
         dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), mlp_layers)
+        if cfg.get("expert_layer_period"):                 # Jamba: MoE where i % period == offset
+            period, offset = int(cfg["expert_layer_period"]), int(cfg.get("expert_layer_offset") or 0)
+            dense_layers = sum(i % period != offset for i in range(mlp_layers))
         moe_layers = mlp_layers - dense_layers
         expert_params = moe_layers * experts * expert
         total_layers = mixers + dense_layers * dense_mlp + moe_layers * (experts * expert + router + shared)

@@ -119,7 +119,10 @@ def _mamba_state(cfg: dict, path: Path, dtype_bytes: int, hidden: int) -> MambaS
     heads = _int(cfg, heads_key, path)
     head_dim = _first(cfg, ("mamba_head_dim", "mamba_d_head"), path)
     groups = _first(cfg, ("n_groups", "mamba_n_groups"), path, 1)
-    return MambaState(heads * head_dim + 2 * groups * state, kernel, heads, (head_dim, state), dtype_bytes,
+    inner = heads * head_dim                    # nemotron_h.py; granitemoehybrid.py: mamba_expand x hidden
+    if model_type == "granitemoehybrid":
+        inner = _int(cfg, "mamba_expand", path) * hidden
+    return MambaState(inner + 2 * groups * state, kernel, heads, (head_dim, state), dtype_bytes,
                       ssm_bytes, groups, state)
 
 
