@@ -192,6 +192,9 @@ def plan_kv_cache(model: ModelSpec, tp: int = 1, block_size: int = 16, *,
         raise ValueError(f"{model.name}: one request of max_model_len {max_len} needs {per_request} "
                          f"blocks of {bytes_per_block:,} bytes per GPU, more than the "
                          f"{max(num_blocks - 1, 0)} the KV memory holds (lower --max-model-len)")
+    if any(g.kind == "mla" for g in groups) and block_size % 64:
+        note = "; ".join(filter(None, (note, "vLLM's MLA backends may fix the block size (FlashMLA: 64 "
+                                       "tokens) when --block-size is not given; kvsim uses the one given")))
     concurrency = num_blocks / per_request
     return KVCachePlan(block_size, groups, bytes_per_block, num_blocks, max_len, per_request, concurrency,
                        int(concurrency * max_len), hybrid, note)
