@@ -176,3 +176,20 @@ def test_cli_full_attention_figures_unchanged():
     result = CliRunner().invoke(app, ["capacity", "--model", "opt-13b", "--kv-gib", "12"])
     assert result.exit_code == 0 and "GPU KV cache size" not in result.output
     assert "15,728" in result.output and "983" in result.output          # the docstring's figures
+
+
+@pytest.mark.parametrize("fields, expect", [
+    # google/gemma-2-9b (no layer_types in its config.json): transformers alternates from a sliding layer 0
+    ({"model_type": "gemma2", "num_hidden_layers": 42, "sliding_window": 4096},
+     [("sliding", 21, 4096), ("full", 21, None)]),
+    # mistralai/Mistral-7B-v0.1: a sliding window and no pattern -> every layer (vLLM CacheConfig.sliding_window)
+    ({"model_type": "mistral", "num_hidden_layers": 32, "sliding_window": 4096}, [("sliding", 32, 4096)]),
+    # Qwen/Qwen2.5-7B: use_sliding_window false -> the window is ignored, all full attention (no groups)
+    ({"model_type": "qwen2", "num_hidden_layers": 28, "sliding_window": 131072, "use_sliding_window": False}, []),
+])
+def test_sliding_window_without_layer_types(tmp_path, fields, expect):
+    cfg = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+           "max_position_embeddings": 8192, "vocab_size": 32000, **fields}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert [(g.kind, g.num_layers, g.window) for g in load_hf_config(path).layer_groups] == expect

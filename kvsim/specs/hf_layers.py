@@ -2,8 +2,8 @@
 
 - `layer_types` ("full_attention", "sliding_attention", "chunked_attention", "linear_attention",
   "mamba", "attention", "mlp", "moe"); when absent, transformers' defaults: gpt_oss alternates
-  sliding / full from layer 0 (vLLM gpt_oss.py), gemma3_text is full where (i + 1) %
-  `sliding_window_pattern` (default 6) == 0, qwen3_next full where (i + 1) % `full_attention_interval`
+  sliding / full from layer 0 (vLLM gpt_oss.py), gemma2/gemma3_text/cohere2 are full where (i + 1) %
+  `sliding_window_pattern` (default 2/6/4) == 0, qwen3_next full where (i + 1) % `full_attention_interval`
   (default 4) == 0, llama4_text full (NoPE) where `no_rope_layers[i]` == 0 (default: every 4th layer)
   and chunked local (`attention_chunk_size`, default 8192) elsewhere;
 - Mamba hybrids: `hybrid_override_pattern` / `layers_block_type` (Nemotron-H: M Mamba-2, * attention,
@@ -28,6 +28,8 @@ _TYPE_NAMES = {"full_attention": "full", "attention": "full", "sliding_attention
                "chunked_attention": "chunked", "linear_attention": "mamba", "mamba": "mamba", "mlp": "none",
                "moe": "none"}
 _PATTERN = {"M": "mamba", "*": "full", "-": "none", "E": "none"}
+#: transformers' default `sliding_window_pattern` (layer i is full when (i + 1) % n == 0) per model type.
+_SLIDING_PATTERN = {"gemma3_text": 6, "gemma3": 6, "gemma2": 2, "cohere2": 4}
 _SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": None}
 #: The largest GPU memory kvsim knows (h200, bytes): one request's Mamba state must fit it.
 MAX_GPU_BYTES = int(139.80 * 1024**3)
@@ -76,8 +78,8 @@ def layer_kinds(cfg: dict, path: Path, num_layers: int) -> list[str]:
         kinds = ["full" if i % period == offset else "mamba" for i in range(num_layers)]
     elif model_type == "gpt_oss":
         kinds = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
-    elif model_type in ("gemma3_text", "gemma3") or cfg.get("sliding_window_pattern") is not None:
-        n = _int(cfg, "sliding_window_pattern", path, 6)
+    elif model_type in _SLIDING_PATTERN or cfg.get("sliding_window_pattern") is not None:
+        n = _int(cfg, "sliding_window_pattern", path, _SLIDING_PATTERN.get(model_type))
         kinds = ["full" if (i + 1) % n == 0 else "sliding" for i in range(num_layers)]
     elif model_type == "qwen3_next" or cfg.get("full_attention_interval") is not None:
         n = _int(cfg, "full_attention_interval", path, 4)
