@@ -16,6 +16,8 @@ from typing import Iterator, List, Optional
 
 import typer
 
+from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+
 TraceArg = typer.Argument(None, metavar="[TRACE]", help="Trace file (kvsim JSONL, Azure CSV, Mooncake "
                           "JSONL, Vidur CSV); default: a synthetic trace of --preset.")
 PresetOpt = typer.Option(None, "--preset", help="Length distribution and Poisson arrivals: sharegpt or "
@@ -74,15 +76,8 @@ def capacity(
                                        "KV when no --kv-gib/--num-blocks."),
     block_size: int = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens."),
     placement: str = typer.Option("buddy", "--placement", help="Contiguous placement: buddy|first-fit."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="Maximum model length, "
-                                                "tokens (default: the model's)."),
-    max_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", "--max-batched-tokens", min=1,
-                                           help="Most tokens computed in one step (sizes the activation "
-                                           "reserve and a sliding-window group's blocks per request)."),
-    hybrid_kv_cache: Optional[bool] = typer.Option(None, "--hybrid-kv-cache/--no-hybrid-kv-cache",
-                                                   help="vLLM's hybrid KV cache manager (default: vLLM's "
-                                                   "choice); --no-hybrid-kv-cache sizes every layer as "
-                                                   "full attention (--disable-hybrid-kv-cache-manager)."),
+    max_model_len: Optional[int] = MaxLenOpt, max_batched_tokens: int = TokensOpt,
+    hybrid_kv_cache: Optional[bool] = HybridOpt,
     set_flags: List[str] = SetOpt,
     slo: List[str] = typer.Option([], "--slo", metavar="METRIC=LIMIT", help="Latency target: ttft|tpot|e2e"
                                   "_p50|p90|p99|mean in s, or normalized_latency in s/token; repeatable. "
