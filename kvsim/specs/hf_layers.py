@@ -86,7 +86,8 @@ def layer_kinds(cfg: dict, path: Path, num_layers: int) -> list[str]:
         kinds = ["full" if (i + 1) % n == 0 else "mamba" for i in range(num_layers)]
     elif model_type == "llama4_text":
         flags = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]
-        kinds = ["chunked" if f else "full" for f in flags]
+        chunked = not ("attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None)  # null: all full
+        kinds = ["chunked" if f and chunked else "full" for f in flags]
         field = "no_rope_layers"
     elif cfg.get("sliding_window") is not None and cfg.get("use_sliding_window") is not False:
         kinds = ["sliding"] * num_layers
