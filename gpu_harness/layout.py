@@ -5,6 +5,10 @@ the one place a kvsim step plan (`kvsim.engine.step.StepPlan`) becomes kernel in
 Caches are NHD: `[num_blocks, block_size, kv_heads, head_dim]`, one tensor for K and one for V (as vLLM's
 Triton backends and nano-vllm). Block tables are int32 padded with -1; slot mappings are int64 with
 `slot = block_id * block_size + offset` and -1 for padding tokens (skipped by `store_kv`).
+
+A sliding-window table (`null_out_of_window`) holds a null entry, -1 by default, for each block wholly
+before the window, as vLLM's hybrid KV cache manager puts its null block (id 0) there; the
+sliding-window decode never reads such entries, so either convention works with it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,25 @@ def make_block_table(tables: Sequence[Sequence[int]], device: str | torch.device
             raise ValueError(f"sequence {i} has {len(t)} blocks, more than max_blocks={width}")
         rows.append(list(t) + [PAD] * (width - len(t)))
     return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(tables), width)
+
+
+def window_start(seq_len: int, window: int) -> int:
+    """First token position a decode with context `seq_len` attends to under a sliding window of
+    `window` tokens: max(0, seq_len - window) (vLLM: query position L-1 sees keys with L-1 - pos < W)."""
+    return max(0, seq_len - window)
+
+
+def null_out_of_window(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int,
+                       window: int, null: int = PAD) -> list[list[int]]:
+    """Tables as a sliding-window KV cache group holds them at decode: the entries of blocks wholly
+    before each sequence's window (block index < window_start // block_size) replaced by `null`."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 token, got {window}")
+    out = []
+    for ids, n in zip(tables, seq_lens, strict=True):
+        first = window_start(n, window) // block_size
+        out.append([null if j < first else b for j, b in enumerate(ids)])
+    return out
 
 
 def make_seq_lens(lengths: Sequence[int], device: str | torch.device) -> torch.Tensor:

@@ -43,3 +43,15 @@ def test_scatter_gather_round_trip(gen):
     back = layout.gather_contiguous(cache, lens, tables)
     assert torch.equal(back[1], k[1]) and torch.equal(back[0, :5], k[0, :5])
     assert back[0, 5:].abs().sum() == 0
+
+
+def test_sliding_window_tables_null_the_blocks_before_the_window():
+    # block size 4, window 3: L=10 attends positions 7..9, so block 0 (positions 0-3) is wholly before
+    # the window and block 1 (4-7) is kept for position 7; L=5 attends 2..4 in blocks 0 and 1; L=2 all
+    assert layout.window_start(10, 3) == 7 and layout.window_start(2, 3) == 0
+    tables = [[5, 6, 7], [1, 2], [9]]
+    assert layout.null_out_of_window(tables, [10, 5, 2], 4, 3) == [[-1, 6, 7], [1, 2], [9]]
+    # L=13, window 4: positions 9..12, blocks 0 and 1 (0-7) null; vLLM's null block id 0 as the entry
+    assert layout.null_out_of_window([[3, 4, 5, 6]], [13], 4, 4, null=0) == [[0, 0, 5, 6]]
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        layout.null_out_of_window(tables, [10, 5, 2], 4, 0)
