@@ -45,17 +45,27 @@ def _backend():
         raise typer.Exit(2) from None
 
 
+GRIDS = ("all", "base", "hybrid")
+
+
 @harness_app.command()
-def check(full: bool = typer.Option(False, "--full", help="Real-shape grid (contexts up to 4097 tokens, "
+def check(full: bool = typer.Option(False, "--full", help="Real-shape grid (contexts up to 8193 tokens, "
                                     "a >2**31-element cache); meant for a GPU."),
+          grid: str = typer.Option("all", "--grid", help="Kernels to check: base (full-attention paged and "
+                                   "contiguous decode, store_kv, copy_blocks), hybrid (sliding-window and "
+                                   "MLA decode), or all."),
           seed: int = typer.Option(0, help="Random seed for inputs.")) -> None:
     """Compare every kernel with its torch reference; print the worst absolute error per case.
 
-    Exit status 1 if any case is out of tolerance, 2 if torch/triton is missing.
+    Exit status 1 if any case is out of tolerance, 2 if torch/triton is missing or --grid is unknown.
     """
+    if grid not in GRIDS:
+        raise ValueError(f"--grid must be one of {', '.join(GRIDS)}, got {grid!r}")
     backend = _backend()
     from gpu_harness.check import run_check
-    rows = run_check(full=full, seed=seed)
+    from gpu_harness.check_hybrid import run_hybrid_check
+    rows = run_check(full=full, seed=seed) if grid in ("all", "base") else []
+    rows += run_hybrid_check(full=full, seed=seed) if grid in ("all", "hybrid") else []
     table = Table(title=f"kernel check on {backend.name} ({backend.kind})")
     for col in ("case", "worst abs err", "atol", "rtol", "ok"):
         table.add_column(col)
