@@ -56,6 +56,8 @@ def window_inputs(c: WindowCase, device: str, gen: torch.Generator):
         tables = [[b + 1 for b in ids] for ids in tables]
         null = 0
     tables = layout.null_out_of_window(tables, c.decode.seq_lens, c.decode.block_size, c.window, null)
+    if null == layout.PAD:
+        layout.check_window_tables(tables, c.decode.seq_lens, c.decode.block_size, c.window)
     return q, kc, vc, layout.make_block_table(tables, device, bt.shape[1]), sl
 
 
