@@ -4,6 +4,7 @@
 real-shape GPU grid of KERNELS.md section 7 (L in {1, 15, 16, 17, 1025, 4097}, page sizes {1, 16, 32},
 heads {(8,8), (32,8), (5,1)}, D in {64, 128}, splits {1, 8}, and a cache whose block offsets overflow
 int32). Tolerances: fp32 1e-4; fp16/bf16 vLLM's atol=1.5e-2, rtol=1e-2; exact for the copies.
+The hybrid-model kernels (sliding-window and MLA decode) have their grid in `check_hybrid`.
 """
 
 from __future__ import annotations
