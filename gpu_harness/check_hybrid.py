@@ -122,8 +122,9 @@ def _small_grid(device: str, gen: torch.Generator) -> list[CheckRow]:
 
 def _full_grid(device: str, gen: torch.Generator) -> list[CheckRow]:
     bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
-    oss_lens = (1, 15, 16, 17, 127, 128, 129, 1025, 4097)
-    gemma_lens = (1, 17, 1023, 1024, 1025, 4097, 8193)
+    # window starts L - W: before 0, 0, 1 (mid-block), a block boundary (160 - 128 = 32; 1536 - 1024 = 512)
+    oss_lens = (1, 15, 16, 17, 127, 128, 129, 160, 1025, 4097)
+    gemma_lens = (1, 17, 1023, 1024, 1025, 1536, 4097, 8193)
     rows = [check_window(WindowCase(DecodeCase(bf16, 64, 8, 64, bs, oss_lens, s), 128, null), device, gen)
             for bs, s, null in itertools.product((1, 16, 32), (1, 8), NULL_KINDS)]
     rows += [check_window(WindowCase(DecodeCase(bf16, 32, 16, 128, bs, gemma_lens, s), 1024, null), device, gen)

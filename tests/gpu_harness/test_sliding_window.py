@@ -111,3 +111,21 @@ def test_bad_window_raises(device):
         paged_decode(q, kc, kc, torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), window=0)
     with pytest.raises(ValueError, match="null must be one of"):
         window_inputs(WindowCase(DecodeCase(F32, 4, 4, 64, 16, (3,), 1), 2, "zero"), device, None)
+
+
+def test_full_grid_covers_window_starts_and_null_kinds(monkeypatch):
+    """The GPU grid (not run here) holds, per block size, windows that start before 0, mid-block and on
+    a later block boundary, both null kinds, both split settings, and the int32-overflow cache."""
+    import gpu_harness.check_hybrid as ch
+    cases = []
+    monkeypatch.setattr(ch, "check_window", lambda c, device, gen: cases.append(c))
+    monkeypatch.setattr(ch, "check_mla", lambda c, device, gen: None)
+    ch._full_grid("cpu", None)
+    for w, sizes in ((128, (1, 16, 32)), (1024, (16, 32))):
+        for bs in sizes:
+            mine = [c for c in cases if c.window == w and c.decode.block_size == bs]
+            starts = {layout.window_start(n, w) for c in mine for n in c.decode.seq_lens}
+            assert 0 in starts and any(s > 0 and s % bs == 0 for s in starts)
+            assert bs == 1 or any(s % bs for s in starts)
+            assert {c.null for c in mine} == {"pad", "null0"} and {c.decode.splits for c in mine} == {1, 8}
+    assert any(c.decode.table == "high" for c in cases)
