@@ -97,6 +97,9 @@ def test_kernels_equal_vllms_stored_outputs(name, splits):
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
 
 
+# vLLM's unified kernel divides 0 by 0 in the padded query rows of its BLOCK_M tile (rows it never
+# stores); numpy, under the interpreter, warns about it
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
 @pytest.mark.parametrize("name", list(CASES))
 def test_vllm_kernels_live_still_give_the_stored_outputs(name):
     import vllm_kernels
