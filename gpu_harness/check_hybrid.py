@@ -1,12 +1,13 @@
-"""Correctness grid of the hybrid-model kernels (issue 23): sliding-window paged decode over tables with
-null entries, and MLA decode over the latent cache, each against its torch reference (same rows and
-tolerances as `gpu_harness.check`).
+"""Correctness grid of the hybrid-model kernels (issue 23): sliding-window and chunked-local paged decode
+over tables with null entries, and MLA decode over the latent cache, each against its torch reference
+(same rows and tolerances as `gpu_harness.check`).
 
 Null entries come in two kinds: -1 (`layout.PAD`; out of bounds if read) and vLLM's null block, id 0,
 here filled with NaN (a read turns the output into NaN, even one masked after the load, since a NaN
 value times a zero weight is NaN). `full=True` uses real shapes: gpt-oss (W=128, 64/8 heads, d64),
-Gemma 3 27B (W=1024, 32/16 heads, d128), DeepSeek-V3 MLA (rank 512 + rope 64, 128 heads, and 16 heads
-as on each of 8 tensor-parallel ranks), plus tables past 2**31 cache elements.
+Gemma 3 27B (W=1024, 32/16 heads, d128), Llama 4 Scout (chunks of 8192, 40/8 heads, d128),
+DeepSeek-V3 MLA (rank 512 + rope 64, 128 heads, and 16 heads as on each of 8 tensor-parallel ranks),
+plus tables past 2**31 cache elements.
 """
 
 from __future__ import annotations
@@ -32,15 +33,22 @@ MLA_OVERFLOW_BLOCKS = 240_000
 
 @dataclass(frozen=True, slots=True)
 class WindowCase:
-    """A sliding-window decode: the launch of `decode`, window W tokens, and the kind of null entry."""
+    """A sliding-window decode (or, `chunked`, a chunked-local one with chunks of `window` tokens): the
+    launch of `decode`, window W tokens, and the kind of null entry."""
 
     decode: DecodeCase
     window: int
     null: str = "pad"  # "pad": -1; "null0": vLLM's null block id 0, filled with NaN
+    chunked: bool = False
 
     @property
     def name(self) -> str:
-        return f"window W{self.window} null={self.null} {self.decode.name}"
+        span = f"chunk C{self.window}" if self.chunked else f"window W{self.window}"
+        return f"{span} null={self.null} {self.decode.name}"
+
+    def spans(self) -> dict:
+        """The launcher's keyword: {"window": W} or {"chunk": C}."""
+        return {"chunk" if self.chunked else "window": self.window}
 
 
 def window_inputs(c: WindowCase, device: str, gen: torch.Generator):
@@ -55,17 +63,18 @@ def window_inputs(c: WindowCase, device: str, gen: torch.Generator):
         kc, vc = torch.cat([nan, kc]), torch.cat([nan, vc])
         tables = [[b + 1 for b in ids] for ids in tables]
         null = 0
-    tables = layout.null_out_of_window(tables, c.decode.seq_lens, c.decode.block_size, c.window, null)
+    tables = layout.null_out_of_window(tables, c.decode.seq_lens, c.decode.block_size, c.window, null, c.chunked)
     if null == layout.PAD:
-        layout.check_window_tables(tables, c.decode.seq_lens, c.decode.block_size, c.window)
+        layout.check_window_tables(tables, c.decode.seq_lens, c.decode.block_size, c.window, c.chunked)
     return q, kc, vc, layout.make_block_table(tables, device, bt.shape[1]), sl
 
 
 def check_window(c: WindowCase, device: str, gen: torch.Generator) -> CheckRow:
+    """Windowed (or chunked) paged decode over nulled tables against the reference."""
     from gpu_harness.kernels import paged_decode
     q, kc, vc, bt, sl = window_inputs(c, device, gen)
-    out = paged_decode(q, kc, vc, bt, sl, num_splits=c.decode.splits, window=c.window)
-    ref = reference.ref_paged_decode(q, kc, vc, bt, sl, window=c.window)
+    out = paged_decode(q, kc, vc, bt, sl, num_splits=c.decode.splits, **c.spans())
+    ref = reference.ref_paged_decode(q, kc, vc, bt, sl, **c.spans())
     return compare(f"paged {c.name}", out, ref, *TOLERANCE[c.decode.dtype])
 
 
@@ -102,6 +111,7 @@ def mla_inputs(c: MlaCase, device: str, gen: torch.Generator):
 
 
 def check_mla(c: MlaCase, device: str, gen: torch.Generator) -> CheckRow:
+    """MLA decode against the reference (absorbed query, latent values)."""
     from gpu_harness.kernels import mla_decode
     q, kv, bt, sl, scale = mla_inputs(c, device, gen)
     out = mla_decode(q, kv, bt, sl, kv_lora_rank=c.rank, scale=scale, num_splits=c.splits)
@@ -115,6 +125,9 @@ def _small_grid(device: str, gen: torch.Generator) -> list[CheckRow]:
         # W=8, bs 8: windows start mid-block (L 9, 17, 40), on a boundary (L 8, 16) and before 0 (L 1, 7)
         check_window(WindowCase(DecodeCase(bf16, 8, 2, 64, 8, (1, 7, 8, 9, 17, 40), 1), 8, "pad"), device, gen),
         check_window(WindowCase(DecodeCase(fp32, 4, 1, 64, 16, (5, 16, 33, 47), 2), 20, "null0"), device, gen),
+        # chunks of 8: L 8 and 16 end a chunk, L 9 and 17 start one (a single token), L 30 is mid-chunk
+        check_window(WindowCase(DecodeCase(bf16, 8, 2, 64, 4, (1, 8, 9, 16, 17, 30), 1), 8, "null0", True),
+                     device, gen),
         check_mla(MlaCase(bf16, 16, 32, 16, 16, (1, 15, 16, 17), 1), device, gen),
         check_mla(MlaCase(fp32, 20, 32, 16, 8, (3, 40), 2), device, gen),
     ]
@@ -133,6 +146,10 @@ def _full_grid(device: str, gen: torch.Generator) -> list[CheckRow]:
              for dt, s in ((fp32, 1), (fp16, 8))]
     rows += [check_window(WindowCase(DecodeCase(bf16, 32, 8, 128, 16, (1, 17, 1025, 4097), s, "high",
                                                 OVERFLOW_BLOCKS), 1024), device, gen) for s in (1, 8)]
+    # Llama 4 Scout's chunked local layers: chunk starts 0, 8192, 16384 (always on a block boundary)
+    scout_lens = (1, 17, 8191, 8192, 8193, 12288, 16385)
+    rows += [check_window(WindowCase(DecodeCase(bf16, 40, 8, 128, bs, scout_lens, s), 8192, null, True), device, gen)
+             for bs, s, null in itertools.product((16, 32), (1, 8), NULL_KINDS)]
     mla_lens = (1, 15, 16, 17, 1025, 4097)
     rows += [check_mla(MlaCase(bf16, h, 512, 64, bs, mla_lens, s, scale=DEEPSEEK_V3_SCALE), device, gen)
              for h, bs, s in itertools.product((128, 16), (16, 64), (1, 8))]

@@ -58,32 +58,40 @@ def window_start(seq_len: int, window: int) -> int:
     return max(0, seq_len - window)
 
 
+def chunk_start(seq_len: int, chunk: int) -> int:
+    """First token position a decode with context `seq_len` attends to under chunked local attention
+    with chunks of `chunk` tokens: its own chunk's start, (seq_len - 1) // chunk * chunk (vLLM:
+    ChunkedLocalAttentionManager.get_num_skipped_tokens of the seq_len - 1 computed tokens)."""
+    return max(seq_len - 1, 0) // chunk * chunk
+
+
 def null_out_of_window(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int,
-                       window: int, null: int = PAD) -> list[list[int]]:
+                       window: int, null: int = PAD, chunked: bool = False) -> list[list[int]]:
     """Tables as a sliding-window KV cache group holds them at decode: the entries of blocks wholly
-    before each sequence's window (block index < window_start // block_size) replaced by `null`."""
+    before each sequence's window (block index < window_start // block_size) replaced by `null`.
+    With `chunked`, `window` is a local-attention chunk size and the start is `chunk_start`."""
     if window < 1:
         raise ValueError(f"window must be >= 1 token, got {window}")
     out = []
     for ids, n in zip(tables, seq_lens, strict=True):
-        first = window_start(n, window) // block_size
+        first = (chunk_start(n, window) if chunked else window_start(n, window)) // block_size
         out.append([null if j < first else b for j, b in enumerate(ids)])
     return out
 
 
 def check_window_tables(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int,
-                        window: int) -> None:
+                        window: int, chunked: bool = False) -> None:
     """ValueError naming the sequence and block when a table nulls (negative entry) a block that holds a
-    token of its window [max(0, L-W), L), which the sliding-window decode would read, or has too few
-    entries for its L tokens. Null entries before the window are fine (the decode skips them)."""
+    token of its window [max(0, L-W), L) (with `chunked`: of its chunk, from `chunk_start`), which the
+    decode would read, or has too few entries for its L tokens. Null entries before are fine."""
     for i, (ids, n) in enumerate(zip(tables, seq_lens, strict=True)):
         if len(ids) < blocks_needed(n, block_size):
             raise ValueError(f"sequence {i}: {len(ids)} blocks cannot hold its {n} tokens")
-        first = window_start(n, window) // block_size
-        for j in range(first, blocks_needed(n, block_size)):
+        start = chunk_start(n, window) if chunked else window_start(n, window)
+        for j in range(start // block_size, blocks_needed(n, block_size)):
             if ids[j] < 0:
                 raise ValueError(f"sequence {i}: block {j} is null but holds tokens of the window "
-                                 f"[{window_start(n, window)}, {n})")
+                                 f"[{start}, {n})")
 
 
 def group_block_tables(seq_tables: Sequence[Sequence[Sequence[int]]], device: str | torch.device,

@@ -23,16 +23,19 @@ def ref_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
 
 def ref_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None,
-                     window: int | None = None) -> torch.Tensor:
+                     window: int | None = None, chunk: int | None = None) -> torch.Tensor:
     """Reference for `paged_decode`: out [B, Hq, D] in q's dtype. Shapes as in the launcher.
 
-    With a sliding `window` W only positions [max(0, L-W), L) are gathered, one token at a time through
-    `block_table[b, pos // block_size]`, so entries of blocks wholly before the window are never read.
+    With a sliding `window` W only positions [max(0, L-W), L) are gathered, with a local-attention
+    `chunk` C only [(L-1) // C * C, L); one token at a time through `block_table[b, pos // block_size]`,
+    so entries of blocks wholly before those positions are never read.
     """
     bs = k_cache.shape[1]
     out = torch.empty_like(q)
     for b, n in enumerate(seq_lens.tolist()):
-        pos = torch.arange(0 if window is None else max(0, n - window), n, device=q.device)
+        first = 0 if window is None else max(0, n - window)
+        first = first if chunk is None else max(0, n - 1) // chunk * chunk
+        pos = torch.arange(first, n, device=q.device)
         ids = block_table[b, pos // bs].long()
         k = k_cache[ids, pos % bs]  # [tokens, H_kv, D]
         v = v_cache[ids, pos % bs]

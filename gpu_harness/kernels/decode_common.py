@@ -152,18 +152,18 @@ def dot_options(dtype: torch.dtype, interpret: bool) -> tuple[bool, str | None]:
 
 
 def resolve_splits(q: torch.Tensor, programs: int, seq_lens: torch.Tensor, num_splits: int | None,
-                   max_seq_len: int | None, window: int | None = None) -> int:
+                   max_seq_len: int | None, span: int | None = None) -> int:
     """The split-KV factor: `num_splits` if given, else the heuristic (reads seq_lens.max() when
     `max_seq_len` is None, a device sync). `programs` is the grid's second axis (KV-head programs);
-    a sliding `window` caps the tokens a sequence attends to."""
+    `span` (a sliding window or a local-attention chunk) caps the tokens a sequence attends to."""
     if num_splits is not None:
         if num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {num_splits}")
         return num_splits
     if max_seq_len is None:
         max_seq_len = int(seq_lens.max().item()) if seq_lens.numel() else 0
-    if window is not None:
-        max_seq_len = min(max_seq_len, window)
+    if span is not None:
+        max_seq_len = min(max_seq_len, span)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
     return hp.num_kv_splits(q.shape[0], programs, max_seq_len, sms)
 

@@ -1,6 +1,7 @@
-"""The sliding-window and MLA decode kernels against vLLM 0.33's own Triton kernels (vllm_kernels.py).
+"""The sliding-window, chunked-local and MLA decode kernels against vLLM 0.33's own Triton kernels
+(vllm_kernels.py).
 
-Golden: vLLM's outputs for three small fp32 cases, stored in tests/data/vllm_kernels (made by
+Golden: vLLM's outputs for four small fp32 cases, stored in tests/data/vllm_kernels (made by
 `PYTHONPATH=. python tests/gpu_harness/test_vllm_kernels_oracle.py`, which runs vLLM's kernels on the interpreter);
 kvsim's kernels must match them. Live: where the oracle venv exists, vLLM's kernels are rerun and must
 still give the stored values. Inputs come from a formula (sin of the element index), not a random
@@ -21,10 +22,11 @@ import torch
 from gpu_harness import layout
 
 GOLDEN = Path(__file__).parents[1] / "data" / "vllm_kernels" / "hybrid_decode_vllm_0.33.0.json.gz"
-#: name: (kind, q_heads, kv_heads, head_dim or rank + rope, rank (MLA), block_size, seq_lens, window)
+#: name: (kind, q_heads, kv_heads, head_dim or rank + rope, rank (MLA), block_size, seq_lens, window or chunk)
 CASES = {
     "window W8 h8/2 d64 bs8": ("window", 8, 2, 64, 0, 8, (1, 7, 8, 9, 17, 40), 8),
     "window W20 h5/1 d64 bs16": ("window", 5, 1, 64, 0, 16, (5, 16, 21, 36, 65), 20),
+    "chunk C8 h8/2 d64 bs4": ("chunk", 8, 2, 64, 0, 4, (1, 8, 9, 16, 17, 30), 8),
     "mla h16 r32+16 bs16": ("mla", 16, 1, 48, 32, 16, (1, 15, 16, 17, 40), 0),
 }
 
@@ -36,18 +38,22 @@ def _values(shape, salt: float) -> torch.Tensor:
 
 def case_inputs(name: str):
     """(q, k_cache, v_cache, block_table, seq_lens, scale): fp32, block ids in reverse order behind a
-    NaN null block 0 (vLLM's null block), which is the entry of every block wholly before the window."""
+    null block 0 (vLLM's null block, NaN-filled), which is the entry of every block wholly before the
+    window (or the chunk)."""
     kind, hq, hk, d, rank, bs, lens, window = CASES[name]
     tables = layout.sequential_tables(lens, bs)
     nb = sum(map(len, tables))
     tables = [[nb - b for b in ids] for ids in tables]  # ids 1..nb, reversed; 0 is the null block
     if window:
-        tables = layout.null_out_of_window(tables, lens, bs, window, null=0)
+        tables = layout.null_out_of_window(tables, lens, bs, window, null=0, chunked=kind == "chunk")
     k = _values((nb + 1, bs, hk, d), 0.1)
     v = _values((nb + 1, bs, hk, d), 0.2) * 2.0
-    k[0] = v[0] = float("nan")
+    # vLLM's chunk_lookback path loads every block within C-1 positions of the query and masks after
+    # the load, so a NaN there would poison its output (its Llama 4 layers use virtual batches instead,
+    # which never see earlier blocks): that case's null block holds zeros
+    k[0] = v[0] = 0.0 if kind == "chunk" else float("nan")
     q = _values((len(lens), hq, d), 0.3) * 1.5
-    scale = d ** -0.5 if kind == "window" else 0.2
+    scale = 0.2 if kind == "mla" else d ** -0.5
     return q, k, v, layout.make_block_table(tables, "cpu"), layout.make_seq_lens(lens, "cpu"), scale
 
 
@@ -55,22 +61,23 @@ def ours(name: str, splits: int) -> torch.Tensor:
     from gpu_harness.kernels import mla_decode, paged_decode
     kind, _, _, _, rank, _, _, window = CASES[name]
     q, k, v, bt, sl, scale = case_inputs(name)
-    if kind == "window":
-        return paged_decode(q, k, v, bt, sl, num_splits=splits, scale=scale, window=window)
+    if kind != "mla":
+        return paged_decode(q, k, v, bt, sl, num_splits=splits, scale=scale, **{kind: window})
     return mla_decode(q, k[:, :, 0], bt, sl, kv_lora_rank=rank, scale=scale, num_splits=splits)
 
 
 def vllms(name: str, kernels) -> torch.Tensor:
-    """vLLM's output: unified_attention with window_size=(W-1, 0), or decode_attention_fwd(is_mla=True)
-    with 2 KV splits, called as vLLM's Triton backends call them."""
+    """vLLM's output: unified_attention with window_size=(W-1, 0) (a chunk: window_size=(C-1, 0) with
+    chunk_lookback=0, so chunk_size = C), or decode_attention_fwd(is_mla=True) with 2 KV splits, called
+    as vLLM's Triton backends call them."""
     kind, hq, _, d, rank, bs, lens, window = CASES[name]
     q, k, v, bt, sl, scale = case_inputs(name)
     b = len(lens)
-    if kind == "window":
+    if kind != "mla":
         out = torch.empty_like(q)
         cu_seqlens_q = torch.arange(b + 1, dtype=torch.int32)
         kernels.unified_attention(q, k, v, out, cu_seqlens_q, 1, sl, max(lens), scale, True, (window - 1, 0),
-                                  bt, 0, None, None, None)
+                                  bt, 0, None, None, None, chunk_lookback=0 if kind == "chunk" else -1)
         return out
     out = torch.zeros(b, hq, rank)
     lse = torch.zeros(b, hq)
@@ -93,7 +100,7 @@ def test_kernels_equal_vllms_stored_outputs(name, splits):
     assert doc["vllm"] == "0.33.0"
     want = torch.tensor(doc["cases"][name]).reshape(ours(name, splits).shape)
     got = ours(name, splits)
-    assert not got.isnan().any()  # the NaN null block was not read
+    assert not got.isnan().any()  # the NaN null block (window, MLA) was not read
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
 
 
@@ -116,7 +123,7 @@ def test_golden_values_are_not_trivial():
     doc = _golden()["cases"]
     for name in CASES:
         assert all(math.isfinite(x) for x in doc[name]) and max(map(abs, doc[name])) > 0.1
-    for name in ("window W8 h8/2 d64 bs8", "window W20 h5/1 d64 bs16"):
+    for name in ("window W8 h8/2 d64 bs8", "window W20 h5/1 d64 bs16", "chunk C8 h8/2 d64 bs4"):
         q, k, v, _, sl, scale = case_inputs(name)
         lens, bs = CASES[name][6], CASES[name][5]
         nb = sum(layout.blocks_needed(n, bs) for n in lens)

@@ -2,7 +2,7 @@
 Triton (the oracle venv has no triton): the MLA decode (`v1/attention/ops/triton_decode_attention.py`,
 `decode_attention_fwd(..., is_mla=True)`, as TritonMLAImpl.forward_mqa calls it) and the unified
 attention kernel with a sliding window (`v1/attention/ops/triton_unified_attention.py`, as the Triton
-backend calls it with window_size=(W-1, 0)).
+backend calls it with window_size=(W-1, 0)) or a local-attention chunk (chunk_lookback=0).
 
 The few vllm imports those files make (platform, envs, logger, the KV quantisation enum) are answered by
 stand-ins for a CUDA-less, non-ROCm, non-fp8 platform; they are in sys.modules only while the files
