@@ -1,14 +1,15 @@
 """Time the hybrid-model decode kernels at real shapes against their bytes model (`bench`).
 
-Per shape and context L: the sliding-window decode over a table whose blocks before the window are null
-(as the hybrid KV cache manager leaves them; only the in-window blocks exist), next to full-attention
-paged decode over all L tokens at the same shape, and MLA decode over DeepSeek-V3's latent. A window
-kernel that reads only its window keeps its time flat in L past W; its GB/s counts the bytes of the
-window only. Block ids are unique (a permutation), splits follow the kernels' heuristic (given the
+Per shape and context L: the sliding-window (or chunked-local) decode over a table whose blocks before
+the window (chunk) are null, as the hybrid KV cache manager leaves them, next to full-attention paged
+decode over all L tokens at the same shape, and MLA decode over DeepSeek-V3's latent. A window kernel
+that reads only its window keeps its time flat in L past W; its GB/s counts the bytes of the tokens it
+attends to only. Block ids are unique (a permutation), splits follow the kernels' heuristic (given the
 context, so no device sync is timed), times are `bench.median_time_s` medians.
 
 Shapes (config.json of each model): gpt-oss-120b 64 query / 8 KV heads, head_dim 64, sliding_window
-128; gemma-3-27b 32 / 16 heads, head_dim 128, sliding_window 1024; DeepSeek-V3 128 heads,
+128; gemma-3-27b 32 / 16 heads, head_dim 128, sliding_window 1024; llama-4-scout 40 / 8 heads,
+head_dim 128, attention_chunk_size 8192; DeepSeek-V3 128 heads,
 kv_lora_rank 512, qk_rope_head_dim 64 (softmax scale: check_hybrid.DEEPSEEK_V3_SCALE).
 """
 
@@ -24,7 +25,8 @@ from gpu_harness.backend import Backend
 
 @dataclass(frozen=True, slots=True)
 class HybridShape:
-    """One model's attention: sliding window (window > 0: q/kv heads, head_dim) or MLA (rank, rope)."""
+    """One model's attention: sliding window (window > 0: q/kv heads, head_dim; `chunked`: window is a
+    local-attention chunk) or MLA (rank, rope)."""
 
     name: str
     q_heads: int
@@ -34,12 +36,15 @@ class HybridShape:
     rank: int = 0
     rope: int = 0
     block_size: int = 16
+    chunked: bool = False
 
 
 GPU_SHAPES = (HybridShape("gpt-oss-120b", 64, 8, 64, window=128),
               HybridShape("gemma-3-27b", 32, 16, 128, window=1024),
+              HybridShape("llama-4-scout", 40, 8, 128, window=8192, chunked=True),
               HybridShape("deepseek-v3", 128, rank=512, rope=64, block_size=64))
 CPU_SHAPES = (HybridShape("tiny-window", 4, 2, 64, window=8, block_size=8),
+              HybridShape("tiny-chunk", 4, 2, 64, window=16, block_size=8, chunked=True),
               HybridShape("tiny-mla", 16, rank=32, rope=16, block_size=8))
 GPU_POINTS = (32, (1024, 4096, 16384))  # batch, contexts
 CPU_POINTS = (2, (16, 48))
@@ -49,11 +54,11 @@ def _unique_ids(count: int, gen: torch.Generator) -> list[int]:
     return torch.randperm(count, generator=gen).tolist()
 
 
-def _row(kernel: str, s: HybridShape, batch: int, context: int, window: int | None, splits: int,
+def _row(kernel: str, s: HybridShape, batch: int, context: int, span: int | None, splits: int,
          seconds: float, nbytes: int) -> dict:
-    return {"kernel": kernel, "shape": s.name, "batch": batch, "context": context, "window": window,
-            "splits": splits, "median_s": seconds, "bytes": nbytes,
-            "bytes_per_s": nbytes / seconds}
+    return {"kernel": kernel, "shape": s.name, "batch": batch, "context": context,
+            "window": None if s.chunked else span, "chunk": span if s.chunked else None, "splits": splits,
+            "median_s": seconds, "bytes": nbytes, "bytes_per_s": nbytes / seconds}
 
 
 def _window_points(s: HybridShape, batch: int, context: int, dev: str, on_gpu: bool, gen) -> list[dict]:
@@ -64,22 +69,23 @@ def _window_points(s: HybridShape, batch: int, context: int, dev: str, on_gpu: b
     total = layout.blocks_needed(context, bs)
     ids = _unique_ids(batch * total, gen)
     full_tables = [ids[i * total:(i + 1) * total] for i in range(batch)]
-    window_tables = layout.null_out_of_window(full_tables, [context] * batch, bs, s.window)
+    window_tables = layout.null_out_of_window(full_tables, [context] * batch, bs, s.window, chunked=s.chunked)
     kc, vc = layout.alloc_paged_cache(batch * total, bs, s.kv_heads, s.head_dim, torch.bfloat16, dev, "randn")
     q = torch.randn(batch, s.q_heads, s.head_dim, device=dev, dtype=torch.bfloat16)
     sl = layout.make_seq_lens([context] * batch, dev)
     programs = s.kv_heads * head_programs(s.q_heads // s.kv_heads)
     rows = []
-    for kernel, tables, window in (("paged_decode", full_tables, None), ("window_decode", window_tables, s.window)):
+    local = "chunk" if s.chunked else "window"
+    start = layout.chunk_start(context, s.window) if s.chunked else layout.window_start(context, s.window)
+    points = (("paged_decode", full_tables, None), (f"{local}_decode", window_tables, s.window))
+    for kernel, tables, span in points:
         bt = layout.make_block_table(tables, dev)
-        splits = resolve_splits(q, programs, sl, None, context, window)
-        t = bench.median_time_s(lambda: paged_decode(q, kc, vc, bt, sl, num_splits=splits, window=window), on_gpu)
-        if window is None:
-            nbytes = bench.decode_bytes(batch, context, s.q_heads, s.kv_heads, s.head_dim, elem, bs, splits)
-        else:
-            nbytes = bench.window_decode_bytes(batch, context, window, s.q_heads, s.kv_heads, s.head_dim, elem,
-                                               bs, splits)
-        rows.append(_row(kernel, s, batch, context, window, splits, t, nbytes))
+        splits = resolve_splits(q, programs, sl, None, context, span)
+        spans = {} if span is None else {local: span}
+        t = bench.median_time_s(lambda: paged_decode(q, kc, vc, bt, sl, num_splits=splits, **spans), on_gpu)
+        tokens = context if span is None else context - start  # a window: min(L, W), as window_decode_bytes
+        nbytes = bench.decode_bytes(batch, tokens, s.q_heads, s.kv_heads, s.head_dim, elem, bs, splits)
+        rows.append(_row(kernel, s, batch, context, span, splits, t, nbytes))
     return rows
 
 

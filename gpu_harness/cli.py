@@ -130,10 +130,11 @@ def _print_summary(doc: dict, preset: str | None) -> None:
 @harness_app.command("bench-hybrid")
 def bench_hybrid(out: Path = typer.Option(None, "--out", help="JSON file for the measurements."),
                  seed: int = typer.Option(0, help="Random seed for block tables.")) -> None:
-    """Time sliding-window decode (next to full attention) and MLA decode against their bytes model.
+    """Time sliding-window and chunked-local decode (next to full attention) and MLA decode against
+    their bytes model.
 
-    Real shapes (gpt-oss-120b, gemma-3-27b, DeepSeek-V3) on a GPU, tiny ones on the interpreter;
-    bandwidths are decimal GB/s of the bytes each kernel must read (a window: its W tokens only).
+    Real shapes (gpt-oss-120b, gemma-3-27b, llama-4-scout, DeepSeek-V3) on a GPU, tiny ones on the
+    interpreter; bandwidths are decimal GB/s of the bytes each kernel must read (a window: its tokens only).
     """
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -142,10 +143,11 @@ def bench_hybrid(out: Path = typer.Option(None, "--out", help="JSON file for the
     from gpu_harness.bench_hybrid import run_hybrid_bench
     doc = run_hybrid_bench(backend, seed=seed)
     table = Table(title=f"hybrid decode kernels on {doc['device']} ({doc['backend']}, {doc['dtype']})")
-    for col in ("kernel", "shape", "batch", "context", "window", "splits", "median us", "GB/s"):
+    for col in ("kernel", "shape", "batch", "context", "window/chunk", "splits", "median us", "GB/s"):
         table.add_column(col, justify="right")
     for m in doc["measurements"]:
-        table.add_row(m["kernel"], m["shape"], str(m["batch"]), str(m["context"]), str(m["window"] or "-"),
+        span = f"W {m['window']}" if m["window"] else f"C {m['chunk']}" if m["chunk"] else "-"
+        table.add_row(m["kernel"], m["shape"], str(m["batch"]), str(m["context"]), span,
                       str(m["splits"]), f"{m['median_s'] * 1e6:.1f}", f"{m['bytes_per_s'] / 1e9:.2f}")
     _console().print(table)
     if out is not None:

@@ -8,8 +8,8 @@
 # STEPS picks the parts (default "base"; "base hybrid" for both):
 #   base   = check --full of the full-attention kernels, calibrate, two replays (under 8 minutes:
 #            check <= 200 s, calibrate <= 180 s or a --quick retry, two replays <= 60 s each);
-#   hybrid = check --full of the sliding-window and MLA kernels (<= 150 s), bench-hybrid (<= 90 s);
-#            hybrid times on a GPU not yet measured.
+#   hybrid = check --full of the sliding-window, chunked-local and MLA kernels (<= 150 s) and
+#            bench-hybrid (<= 90 s); hybrid times on a GPU not yet measured.
 # Where one command may run 10 minutes at most, run them as two: STEPS=base, then STEPS=hybrid.
 set -uo pipefail
 STEPS="${STEPS:-base}"
@@ -39,8 +39,9 @@ GPU=$("$PY" -c "import torch; from gpu_harness.bench import guess_gpu_preset as 
 log "gpu preset: $GPU"
 
 check_rc=0; hybrid_rc=0; cal_rc=0; replay_rc=0
-# Hybrid-model kernels (issue 23): sliding-window decode (gpt-oss W=128, Gemma 3 W=1024) over tables
-# with null entries, MLA decode (DeepSeek-V3: rank 512 + rope 64, 128 and 16 heads).
+# Hybrid-model kernels (issue 23): sliding-window decode (gpt-oss W=128, Gemma 3 W=1024) and chunked
+# local decode (Llama 4 Scout, chunks of 8192) over tables with null entries, MLA decode (DeepSeek-V3:
+# rank 512 + rope 64, 128 and 16 heads).
 if want hybrid; then
   log "check --full --grid hybrid"
   timeout 150 "$PY" -m gpu_harness check --full --grid hybrid >"$OUT/check-hybrid.log" 2>&1

@@ -26,14 +26,19 @@ def test_bench_hybrid_command_writes_measurements(tmp_path):
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc["backend"] == "interpreter" and doc["dtype"] == "bfloat16"
-    points = [(m["kernel"], m["shape"], m["context"], m["window"]) for m in doc["measurements"]]
-    assert points == [("paged_decode", "tiny-window", 16, None), ("window_decode", "tiny-window", 16, 8),
-                      ("paged_decode", "tiny-window", 48, None), ("window_decode", "tiny-window", 48, 8),
-                      ("mla_decode", "tiny-mla", 16, None), ("mla_decode", "tiny-mla", 48, None)]
-    by = {(m["kernel"], m["context"]): m for m in doc["measurements"]}
+    points = [(m["kernel"], m["shape"], m["context"], m["window"], m["chunk"]) for m in doc["measurements"]]
+    assert points == [("paged_decode", "tiny-window", 16, None, None), ("window_decode", "tiny-window", 16, 8, None),
+                      ("paged_decode", "tiny-window", 48, None, None), ("window_decode", "tiny-window", 48, 8, None),
+                      ("paged_decode", "tiny-chunk", 16, None, None), ("chunk_decode", "tiny-chunk", 16, None, 16),
+                      ("paged_decode", "tiny-chunk", 48, None, None), ("chunk_decode", "tiny-chunk", 48, None, 16),
+                      ("mla_decode", "tiny-mla", 16, None, None), ("mla_decode", "tiny-mla", 48, None, None)]
+    by = {(m["kernel"], m["context"]): m for m in doc["measurements"] if m["shape"] != "tiny-chunk"}
     # full attention over 48 tokens: K+V 2 x 2 x 48 x 2 x 64 x 2 = 49,152 + Q/O 2,048 + table 4 x 2 x 6 = 48
     assert by[("paged_decode", 48)]["bytes"] == 49_152 + 2_048 + 48
     # the window reads 8 of them, in one block per sequence
     assert by[("window_decode", 48)]["bytes"] == 8_192 + 2_048 + 8
+    # chunks of 16 (block 8): L 48 attends to [32, 48), 16 tokens in 2 blocks; L 16 to all 16 of [0, 16)
+    chunk = {m["context"]: m["bytes"] for m in doc["measurements"] if m["kernel"] == "chunk_decode"}
+    assert chunk == {48: 16_384 + 2_048 + 16, 16: 16_384 + 2_048 + 16}
     assert all(m["splits"] == 1 and m["median_s"] > 0 for m in doc["measurements"])
     assert all(abs(m["bytes_per_s"] * m["median_s"] - m["bytes"]) < 1e-6 * m["bytes"] for m in doc["measurements"])
