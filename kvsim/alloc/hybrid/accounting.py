@@ -1,0 +1,115 @@
+"""The hybrid allocator's block tables, memory breakdown (in total and per KV cache group) and the slow
+recount that checks its invariants (kvsim/alloc/hybrid/allocator.py). A mixin of `HybridAllocator`.
+
+Per attention group, a sequence of T tokens (peak F) whose table has E entries, the first Z of them
+null, holds E - Z blocks: T - Z x block_size written slots (`token_states`; slots of a block still held
+whose tokens left the window count as written), min(F, E x block_size) - T slots it will still write
+(`reserved`), the rest of its blocks never written (`internal_fragmentation`). A Mamba group's one
+block per sequence is all state (`token_states`: its page padding is the model spec's business). Pool
+blocks are never externally fragmented (0), free blocks belong to no group.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..base import MemoryStats
+from .groups import NULL_BLOCK
+
+
+class HybridAccounting:
+    """`block_table`, `group_block_tables`, `stats`, `group_stats`, `check_invariants` and the
+    (disabled) fast-forward of `HybridAllocator`."""
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """A copy of `seq_id`'s first group's block table (`NULL_BLOCK` = -1 for skipped entries)."""
+        return list(self._seq(seq_id).tables[0])
+
+    def group_block_tables(self, seq_id: int) -> list[list[int]]:
+        """Copies of `seq_id`'s block tables, one per group in group order (-1: a skipped entry)."""
+        return [list(t) for t in self._seq(seq_id).tables]
+
+    def num_tokens(self, seq_id: int) -> int:
+        """Tokens `seq_id` holds written."""
+        return self._seq(seq_id).tokens
+
+    def _group_parts(self, g: int) -> tuple[int, int, int, int]:
+        """(held blocks, written, reserved, internal fragmentation) of group `g`, in slots."""
+        bs, held = self.block_size, self._held[g]
+        if self.rules[g].state_block:
+            return held, held * bs, 0, 0
+        tokens = self._sum_tokens - self._nulls[g] * bs
+        reach = self._reach[g] - self._nulls[g] * bs
+        return held, tokens, reach - tokens, held * bs - reach
+
+    def group_stats(self) -> list[MemoryStats]:
+        """One record per group: its share of the pool (`capacity_tokens` = its blocks x block_size)
+        split into token_states, reserved and internal_fragmentation; free is the pool's, not a group's
+        (0 here), so the groups' capacities plus `stats().free` make the whole pool."""
+        out = []
+        for g in range(len(self.rules)):
+            held, tokens, reserved, internal = self._group_parts(g)
+            out.append(MemoryStats(held * self.block_size, tokens, reserved, internal, 0, 0, held, 0, held, 0))
+        return out
+
+    def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
+        """Memory breakdown in token slots over the whole pool (the groups summed, plus the free blocks).
+        Paged memory has no external fragmentation, so `head_*` is unused."""
+        used = tokens = reserved = internal = 0
+        for g in range(len(self.rules)):
+            parts = self._group_parts(g)
+            used, tokens = used + parts[0], tokens + parts[1]
+            reserved, internal = reserved + parts[2], internal + parts[3]
+        free = self.num_free_blocks
+        return MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * self.block_size,
+                           used, free, used, 0)
+
+    # ---- the fast-forward: not offered (the scheduler then takes one step at a time) -----------
+    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
+        """0: every decode step runs through `append_each` (windows move block by block)."""
+        return 0
+
+    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
+                     head_final_tokens: int = 0) -> list[MemoryStats]:
+        """Never called (`decode_window` is 0); kept for the allocator protocol."""
+        raise NotImplementedError("the hybrid allocator has no fast-forward (decode_window is 0)")
+
+    # ---- checks --------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Assert pool conservation, table shapes per kind and the counters (slow; tests only)."""
+        bs, ng = self.block_size, len(self.rules)
+        free = list(self._free)
+        assert len(set(free)) == len(free), "a block appears twice in the free list"
+        assert all(0 <= b < self._top <= self.num_blocks for b in free), "a free block outside the used range"
+        owner: dict[int, tuple[int, int]] = {}
+        held, nulls, reach = [0] * ng, [0] * ng, [0] * ng
+        for seq_id, seq in self._seqs.items():
+            assert 1 <= seq.tokens <= seq.final, f"seq {seq_id}: {seq.tokens} tokens, final {seq.final}"
+            assert len(seq.tables) == len(seq.nulls) == ng, f"seq {seq_id}: not one table per group"
+            for g, (rules, table) in enumerate(zip(self.rules, seq.tables)):
+                z = seq.nulls[g]
+                assert len(table) == rules.entries_for(seq.tokens), \
+                    f"seq {seq_id} group {g}: {len(table)} entries for {seq.tokens} tokens"
+                assert all(b == NULL_BLOCK for b in table[:z]), f"seq {seq_id} group {g}: nulls not a prefix"
+                assert z <= max(rules.skipped_entries(seq.tokens), 0), \
+                    f"seq {seq_id} group {g}: {z} entries nulled, more than its window skips"
+                for b in table[z:]:
+                    assert b != NULL_BLOCK and 0 <= b < self._top, f"seq {seq_id} group {g}: bad block {b}"
+                    assert b not in owner, f"block {b} held by {owner[b]} and by ({seq_id}, {g})"
+                    owner[b] = (seq_id, g)
+                held[g] += len(table) - z
+                nulls[g] += z
+                reach[g] += min(seq.final, len(table) * bs)
+        assert not set(owner) & set(free), "a held block is also free"
+        assert len(owner) + len(free) == self._top, "a block is lost (free + held != blocks used so far)"
+        assert held == self._held and nulls == self._nulls and reach == self._reach, "group counters drifted"
+        assert self._sum_tokens == sum(s.tokens for s in self._seqs.values()), "token counter drifted"
+        stats = self.stats()
+        assert stats.used_blocks + stats.free_blocks == self.num_blocks, "pool not conserved"
+        assert (stats.token_states + stats.reserved + stats.internal_fragmentation
+                + stats.external_fragmentation + stats.free) == self.capacity_tokens, "categories do not sum"
+        parts = self.group_stats()
+        assert all(min(p) >= 0 for p in parts), f"negative category in {parts}"
+        assert sum(p.capacity_tokens for p in parts) + stats.free == self.capacity_tokens, "groups do not sum"
+        if not self._seqs:
+            assert not owner and stats.free_blocks == self.num_blocks, "blocks leaked after every free"
