@@ -13,6 +13,10 @@ and grows by `n`: first every group nulls and frees its leading entries no later
 until its table has `entries_for(C + n)` entries (null ones count). A table is append-only; its skipped
 head holds `NULL_BLOCK` entries (vLLM's null block) that hold no pool block.
 
+The free queue is vLLM 0.33's without prefix caching (`BlockPool.free_blocks`: uncached blocks are
+prepended, last in first out): released blocks `_free`, then the never used ids `_top`.. in order, so block
+ids equal vLLM's minus one (its block 0 is the null block).
+
 Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, or never used: id
 >= `_top`) or held by exactly one (sequence, group) entry; the nulls of a table are a prefix; a table
 has `entries_for(tokens)` entries; the counters `_sum_tokens`, `_held`, `_nulls`, `_reach` equal their
@@ -68,7 +72,7 @@ class HybridAllocator(HybridAccounting):
         self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens) for g in groups]
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self._top = 0                        # blocks [0, _top) have been used; the rest never were
-        self._free: deque[int] = deque()     # released blocks below _top, taken from the left
+        self._free: deque[int] = deque()     # released blocks below _top: the free queue's front
         self._seqs: dict[int, _Seq] = {}
         self._sum_tokens = 0                 # tokens written, over sequences
         ng = len(self.groups)
@@ -102,19 +106,32 @@ class HybridAllocator(HybridAccounting):
         first = num_tokens if chunk is None else min(num_tokens, chunk)
         return self.block_size * sum(r.peak_blocks(num_tokens, final_tokens, first) for r in self.rules)
 
-    def _grow_cost(self, seq: _Seq, num_tokens: int) -> tuple[int, int]:
-        """(blocks the windows free, blocks to take) for `seq` to grow by `num_tokens`."""
-        freed = need = 0
-        computed, new = seq.tokens, seq.tokens + num_tokens
-        for g, rules in enumerate(self.rules):
-            entries = len(seq.tables[g])
-            skip = min(rules.skipped_entries(computed), entries)
-            if skip > seq.nulls[g]:
-                freed += skip - seq.nulls[g]
-            more = rules.entries_for(new) - entries
+    def _need(self, seq: _Seq, num_tokens: int) -> int:
+        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
+        need, new = 0, seq.tokens + num_tokens
+        for rules, table in zip(self.rules, seq.tables):
+            more = rules.entries_for(new) - len(table)
             if more > 0:
                 need += more
-        return freed, need
+        return need
+
+    def _drop_skipped(self, seq: _Seq) -> None:
+        """Null and free the leading entries of `seq`'s tables that no later token reads (vLLM's
+        `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
+        freed blocks, newest first, go to the front of the free queue."""
+        computed = seq.tokens
+        for g, rules in enumerate(self.rules):
+            skip = rules.skipped_entries(computed)
+            z = seq.nulls[g]
+            if skip > z:
+                table = seq.tables[g]
+                skip = min(skip, len(table))
+                dropped = table[z:skip]
+                table[z:skip] = [NULL_BLOCK] * len(dropped)
+                self._free.extendleft(dropped)       # (so the front reads dropped[-1], ..., dropped[0])
+                self._held[g] -= len(dropped)
+                self._nulls[g] += len(dropped)
+                seq.nulls[g] = skip
 
     # ---- allocate / grow / free ----------------------------------------------------------------
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
@@ -149,9 +166,11 @@ class HybridAllocator(HybridAccounting):
         return 0
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        """Whether `seq_id` can grow by `num_tokens`: the blocks its windows free count as free."""
-        freed, need = self._grow_cost(self._seq(seq_id), num_tokens)
-        return need <= self.num_free_blocks + freed
+        """Whether `seq_id` can grow by `num_tokens` now. As in vLLM's `allocate_slots`, asking first
+        frees the blocks that left its windows (never read again), so they count as free."""
+        seq = self._seq(seq_id)
+        self._drop_skipped(seq)
+        return self._need(seq, num_tokens) <= self.num_free_blocks
 
     def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
         """Grow `seq_id` by `num_tokens` (it must fit): free what left the windows, then take blocks.
@@ -159,38 +178,29 @@ class HybridAllocator(HybridAccounting):
         seq = self._seq(seq_id)
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
-        freed, need = self._grow_cost(seq, num_tokens)
-        if need > self.num_free_blocks + freed:
-            raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks + freed} free")
+        self._drop_skipped(seq)
+        need = self._need(seq, num_tokens)
+        if need > self.num_free_blocks:
+            raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
         self._grow(seq, num_tokens)
         return []
 
     def append_each(self, seq_ids: Sequence[int], start: int = 0,
                     copies: list[tuple[int, int]] | None = None) -> int:
         """One token for each of `seq_ids[start:]` in order, stopping before the first that cannot
-        grow; returns how many grew (`copies` stays untouched: nothing is shared)."""
+        grow (its window's blocks freed all the same, see `can_append`); returns how many grew
+        (`copies` stays untouched: nothing is shared)."""
         for k in range(start, len(seq_ids)):
             seq = self._seq(seq_ids[k])
-            freed, need = self._grow_cost(seq, 1)
-            if need > self.num_free_blocks + freed:
+            self._drop_skipped(seq)
+            if self._need(seq, 1) > self.num_free_blocks:
                 return k - start
             self._grow(seq, 1)
         return len(seq_ids) - start
 
     def _grow(self, seq: _Seq, num_tokens: int) -> None:
-        """Null and free every group's skipped head (vLLM's `remove_skipped_blocks`), then take."""
-        bs, computed = self.block_size, seq.tokens
-        new = computed + num_tokens
-        for g, rules in enumerate(self.rules):
-            table = seq.tables[g]
-            skip = min(rules.skipped_entries(computed), len(table))
-            if skip > seq.nulls[g]:
-                dropped = table[seq.nulls[g]:skip]
-                table[seq.nulls[g]:skip] = [NULL_BLOCK] * len(dropped)
-                self._free.extend(reversed(dropped))
-                self._held[g] -= len(dropped)
-                self._nulls[g] += len(dropped)
-                seq.nulls[g] = skip
+        """Take the blocks of `num_tokens` more tokens in every group (after `_drop_skipped`)."""
+        bs, new = self.block_size, seq.tokens + num_tokens
         final = max(seq.final, new)
         for g, rules in enumerate(self.rules):
             table = seq.tables[g]
@@ -205,26 +215,29 @@ class HybridAllocator(HybridAccounting):
         self._sum_tokens += num_tokens
 
     def free(self, seq_id: int) -> None:
-        """Release all of `seq_id`'s blocks (group by group, each table's last block first)."""
+        """Release all of `seq_id`'s blocks, group by group, each table's last block to the front of the
+        free queue first (vLLM 0.33 reuses uncached blocks last in, first out)."""
         seq = self._seqs.pop(seq_id, None)
         if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
         bs = self.block_size
         for g, table in enumerate(seq.tables):
             held = table[seq.nulls[g]:]
-            self._free.extend(reversed(held))
+            self._free.extendleft(held)
             self._held[g] -= len(held)
             self._nulls[g] -= seq.nulls[g]
             self._reach[g] -= min(seq.final, len(table) * bs)
         self._sum_tokens -= seq.tokens
 
     def _take(self, num: int) -> list[int]:
-        """`num` free blocks: never used ones in increasing order, then released ones, oldest first."""
-        fresh = min(num, self.num_blocks - self._top)
-        blocks = list(range(self._top, self._top + fresh))
+        """`num` free blocks from the front of vLLM's free queue: released blocks (last released
+        first), then never used ones in increasing order."""
+        free = self._free
+        reused = min(num, len(free))
+        blocks = [free.popleft() for _ in range(reused)]
+        fresh = num - reused
+        blocks.extend(range(self._top, self._top + fresh))
         self._top += fresh
-        popleft = self._free.popleft
-        blocks.extend(popleft() for _ in range(num - fresh))
         return blocks
 
     # ---- sharing: not supported ----------------------------------------------------------------
