@@ -106,10 +106,13 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
     def steady_decodes(self) -> tuple[list[int], int, int] | None:
         """When every running request is decoding under continuous batching and nothing is swapped
         out: (decoding sequence ids in `_grow_running` order, steps that can run at once before a
-        request's last token or the free memory runs out, context tokens held now); else None. The
+        request's last token or the free memory runs out, context tokens held now); else None (also while
+        a request waits and the allocator frees blocks as decoding goes on: sliding windows). The
         stepper may then run up to that many steps at once (`advance`)."""
         if self.swapped or not self.running or self.beams_running():
             return None
+        if self.waiting and getattr(self.alloc, "frees_while_decoding", False):
+            return None     # a window assumes a refused head stays refused: memory must not grow back
         if self._lazy:
             return self._steady_lazy()
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output

@@ -11,15 +11,13 @@ blocks are never externally fragmented (0), free blocks belong to no group.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from ..base import MemoryStats
 from .groups import NULL_BLOCK
 
 
 class HybridAccounting:
-    """`block_table`, `group_block_tables`, `stats`, `group_stats`, `check_invariants` and the
-    (disabled) fast-forward of `HybridAllocator`."""
+    """`block_table`, `group_block_tables`, `stats`, `group_stats` and `check_invariants` of
+    `HybridAllocator`."""
 
     def block_table(self, seq_id: int) -> list[int]:
         """A copy of `seq_id`'s first group's block table (`NULL_BLOCK` = -1 for skipped entries)."""
@@ -64,16 +62,6 @@ class HybridAccounting:
         return MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * self.block_size,
                            used, free, used, 0)
 
-    # ---- the fast-forward: not offered (the scheduler then takes one step at a time) -----------
-    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
-        """0: every decode step runs through `append_each` (windows move block by block)."""
-        return 0
-
-    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
-                     head_final_tokens: int = 0) -> list[MemoryStats]:
-        """Never called (`decode_window` is 0); kept for the allocator protocol."""
-        raise NotImplementedError("the hybrid allocator has no fast-forward (decode_window is 0)")
-
     # ---- checks --------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Assert pool conservation, table shapes per kind and the counters (slow; tests only)."""
@@ -100,6 +88,10 @@ class HybridAccounting:
                 held[g] += len(table) - z
                 nulls[g] += z
                 reach[g] += min(seq.final, len(table) * bs)
+                for c in range(seq.tokens, min(seq.event, seq.tokens + 3 * bs)):   # nothing moves before it
+                    assert rules.skipped_entries(c) <= z and rules.entries_for(c + 1) <= len(table), \
+                        f"seq {seq_id}: its blocks move at {c} tokens, before its event {seq.event}"
+            assert seq.event >= seq.tokens, f"seq {seq_id}: event {seq.event} behind its {seq.tokens} tokens"
         assert not set(owner) & set(free), "a held block is also free"
         assert len(owner) + len(free) == self._top, "a block is lost (free + held != blocks used so far)"
         assert held == self._held and nulls == self._nulls and reach == self._reach, "group counters drifted"

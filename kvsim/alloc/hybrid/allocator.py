@@ -33,19 +33,22 @@ from typing import Sequence
 from ..base import AllocationError
 from .accounting import HybridAccounting
 from .groups import NULL_BLOCK, GroupSpec, make_rules
+from .windows import HybridWindows
 
 
 @dataclass(slots=True)
 class _Seq:
-    """A live sequence: one table per group, its written tokens and peak tokens (>= tokens)."""
+    """A live sequence: one table per group, its written tokens and peak tokens (>= tokens); `event`:
+    the computed tokens from which its next one-token growth frees or takes a block (`_set_event`)."""
 
     tables: list[list[int]]
     nulls: list[int]          # per group: leading NULL_BLOCK entries
     tokens: int
     final: int
+    event: int = 0
 
 
-class HybridAllocator(HybridAccounting):
+class HybridAllocator(HybridAccounting, HybridWindows):
     """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
 
     `groups`: the KV cache groups in vLLM's group order. `max_model_len` and `max_in_flight_tokens`
@@ -71,6 +74,9 @@ class HybridAllocator(HybridAccounting):
         self.groups = tuple(groups)
         self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens) for g in groups]
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        # decode steps free blocks (a sliding or chunked group): a waiting request may fit after any
+        # step, so the scheduler runs no fast-forward window while one waits (Scheduler.steady_decodes)
+        self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
         self._top = 0                        # blocks [0, _top) have been used; the rest never were
         self._free: deque[int] = deque()     # released blocks below _top: the free queue's front
         self._seqs: dict[int, _Seq] = {}
@@ -132,6 +138,12 @@ class HybridAllocator(HybridAccounting):
                 self._held[g] -= len(dropped)
                 self._nulls[g] += len(dropped)
                 seq.nulls[g] = skip
+        self._set_event(seq)
+
+    def _set_event(self, seq: _Seq) -> None:
+        """File the computed tokens at which `seq`'s next one-token growth does more than count."""
+        event = min(min(r.next_take(len(t)), r.next_drop(z)) for r, t, z in zip(self.rules, seq.tables, seq.nulls))
+        seq.event = event if event > seq.tokens else seq.tokens
 
     # ---- allocate / grow / free ----------------------------------------------------------------
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
@@ -157,7 +169,8 @@ class HybridAllocator(HybridAccounting):
         if sum(counts) > self.num_free_blocks:
             raise AllocationError(f"sequence {seq_id}: {sum(counts)} blocks needed, {self.num_free_blocks} free")
         final = max(final_tokens, num_tokens)
-        self._seqs[seq_id] = _Seq([self._take(k) for k in counts], [0] * len(counts), hold, final)
+        seq = self._seqs[seq_id] = _Seq([self._take(k) for k in counts], [0] * len(counts), hold, final)
+        self._set_event(seq)
         self._sum_tokens += hold
         bs = self.block_size
         for g, k in enumerate(counts):
@@ -189,13 +202,21 @@ class HybridAllocator(HybridAccounting):
                     copies: list[tuple[int, int]] | None = None) -> int:
         """One token for each of `seq_ids[start:]` in order, stopping before the first that cannot
         grow (its window's blocks freed all the same, see `can_append`); returns how many grew
-        (`copies` stays untouched: nothing is shared)."""
+        (`copies` stays untouched: nothing is shared). A sequence before its `event` only counts."""
+        seqs, quick = self._seqs, 0
         for k in range(start, len(seq_ids)):
-            seq = self._seq(seq_ids[k])
+            seq = seqs.get(seq_ids[k]) or self._seq(seq_ids[k])
+            tokens = seq.tokens
+            if tokens < seq.event and tokens < seq.final:    # no block moves, no new reach
+                seq.tokens = tokens + 1
+                quick += 1
+                continue
             self._drop_skipped(seq)
             if self._need(seq, 1) > self.num_free_blocks:
+                self._sum_tokens += quick
                 return k - start
             self._grow(seq, 1)
+        self._sum_tokens += quick
         return len(seq_ids) - start
 
     def _grow(self, seq: _Seq, num_tokens: int) -> None:
@@ -213,6 +234,7 @@ class HybridAllocator(HybridAccounting):
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
         seq.tokens, seq.final = new, final
         self._sum_tokens += num_tokens
+        self._set_event(seq)
 
     def free(self, seq_id: int) -> None:
         """Release all of `seq_id`'s blocks, group by group, each table's last block to the front of the

@@ -2,7 +2,8 @@
 
 A group's rules answer the same few questions for every kind, in blocks of `block_size` token slots:
 how many block-table entries hold a sequence of N tokens (`entries_for`), how many leading entries are
-no longer read once C tokens are computed and may be freed (`skipped_entries`), how many blocks the
+no longer read once C tokens are computed and may be freed (`skipped_entries`; `next_take` and
+`next_drop` say at which C the next change comes, for the decode fast paths), how many blocks the
 admission gate asks of a whole sequence (`admission_blocks`, the per-request cap of a recycling
 kind) and how many it can hold at once at most (`peak_blocks`). Sources, all in vLLM 0.33:
 - `vllm/v1/core/single_type_kv_cache_manager.py`: `get_num_blocks_to_allocate` (cdiv(tokens,
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 KINDS = ("full", "sliding", "chunked", "mamba")
 NULL_BLOCK = -1     # a block-table entry skipped by its window (vLLM's null block): it holds no block
+NEVER = 1 << 62     # a token count no sequence reaches
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,14 @@ class FullRules:
         """Leading entries no token after the first `computed` ones reads (freed as decoding goes on)."""
         return 0
 
+    def next_take(self, entries: int) -> int:
+        """The computed tokens C at which growing to C + 1 needs entry `entries + 1`."""
+        return entries * self.block_size
+
+    def next_drop(self, nulls: int) -> int:
+        """The least computed tokens C at which more than `nulls` leading entries are skipped."""
+        return NEVER
+
     def admission_blocks(self, num_tokens: int) -> int:
         """Blocks vLLM's full-sequence admission gate counts for a new sequence of `num_tokens`."""
         need = self.entries_for(num_tokens)
@@ -88,6 +98,9 @@ class SlidingRules(FullRules):
         skipped = computed - self.window + 1
         return skipped // self.block_size if skipped > 0 else 0
 
+    def next_drop(self, nulls: int) -> int:
+        return (nulls + 1) * self.block_size + self.window - 1
+
     def peak_blocks(self, num_tokens: int, final_tokens: int, first_tokens: int) -> int:
         most = max(self.cap_blocks, self.entries_for(first_tokens))
         return min(self.entries_for(max(num_tokens, final_tokens)), most)
@@ -104,6 +117,9 @@ class ChunkedRules(SlidingRules):
     def skipped_entries(self, computed: int) -> int:
         return computed // self.chunk * self.chunk // self.block_size
 
+    def next_drop(self, nulls: int) -> int:
+        return -(-(nulls + 1) * self.block_size // self.chunk) * self.chunk
+
 
 class MambaRules(FullRules):
     """Mamba / linear attention: one state block per sequence, whatever its length."""
@@ -112,6 +128,9 @@ class MambaRules(FullRules):
 
     def entries_for(self, num_tokens: int) -> int:
         return 1
+
+    def next_take(self, entries: int) -> int:
+        return NEVER
 
     def peak_blocks(self, num_tokens: int, final_tokens: int, first_tokens: int) -> int:
         return 1
