@@ -32,7 +32,7 @@ from typing import Sequence
 
 from ..base import AllocationError
 from .accounting import HybridAccounting
-from .groups import NULL_BLOCK, GroupSpec, make_rules
+from .groups import NEVER, NULL_BLOCK, GroupSpec, make_rules
 from .windows import HybridWindows
 
 
@@ -138,11 +138,17 @@ class HybridAllocator(HybridAccounting, HybridWindows):
                 self._held[g] -= len(dropped)
                 self._nulls[g] += len(dropped)
                 seq.nulls[g] = skip
-        self._set_event(seq)
+        # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
 
     def _set_event(self, seq: _Seq) -> None:
         """File the computed tokens at which `seq`'s next one-token growth does more than count."""
-        event = min(min(r.next_take(len(t)), r.next_drop(z)) for r, t, z in zip(self.rules, seq.tables, seq.nulls))
+        event = seq.tokens + NEVER
+        for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
+            take, drop = rules.next_take(len(table)), rules.next_drop(z)
+            if take < event:
+                event = take
+            if drop < event:
+                event = drop
         seq.event = event if event > seq.tokens else seq.tokens
 
     # ---- allocate / grow / free ----------------------------------------------------------------
