@@ -26,38 +26,35 @@ class HybridWindows:
         steps = min([max_steps, *(s.final - s.tokens for s in seqs)])
         if steps < 1 or not seqs:
             return max(steps, 0)
-        rules = self.rules
-        takes, drops = [0] * steps, [0] * steps
-        state, heap = [], []
+        rules, state, heap = self.rules, [], []
         for k, seq in enumerate(seqs):
             state.append(([len(t) for t in seq.tables], list(seq.nulls)))
             if seq.event - seq.tokens < steps:
                 heappush(heap, (seq.event - seq.tokens, k))
+        free, step, takes, drops = self.num_free_blocks, 0, 0, 0   # free before `step`, its takes, drops
         while heap:
             j, k = heappop(heap)
+            if j > step:                      # step `step` is complete: did its takes fit?
+                if takes > free:
+                    return step
+                free, step, takes, drops = free + drops - takes, j, 0, 0
             entries, nulls = state[k]
             computed = seqs[k].tokens + j
-            event = None
+            event = computed + 1 + steps
             for g, r in enumerate(rules):
                 skip = r.skipped_entries(computed)
                 if skip > nulls[g]:
-                    drops[j] += skip - nulls[g]
+                    drops += skip - nulls[g]
                     nulls[g] = skip
                 more = r.entries_for(computed + 1) - entries[g]
                 if more > 0:
-                    takes[j] += more
+                    takes += more
                     entries[g] += more
-                nxt = min(r.next_take(entries[g]), r.next_drop(nulls[g]))
-                event = nxt if event is None or nxt < event else event
+                event = min(event, r.next_take(entries[g]), r.next_drop(nulls[g]))
             nxt = max(event, computed + 1) - seqs[k].tokens
             if nxt < steps:
                 heappush(heap, (nxt, k))
-        free = self.num_free_blocks
-        for j in range(steps):
-            if takes[j] > free:
-                return j
-            free += drops[j] - takes[j]
-        return steps
+        return step if takes > free else steps
 
     def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
                      head_final_tokens: int = 0) -> list[MemoryStats]:
