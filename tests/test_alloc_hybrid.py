@@ -156,8 +156,8 @@ def test_what_it_refuses():
         GroupSpec("chunked", chunk=0)
     with pytest.raises(ValueError, match="sliding only"):
         GroupSpec("full", window=4)
-    with pytest.raises(ValueError, match="prefix caching"):
-        HybridAllocator(10, 2, [FULL], 64, 8, prefix_caching=True)
+    with pytest.raises(ValueError, match="prefix caching with a Mamba group"):
+        HybridAllocator(10, 2, [FULL, MAMBA], 64, 8, prefix_caching=True)
     with pytest.raises(ValueError, match="non-empty sequence of GroupSpec"):
         HybridAllocator(10, 2, [], 64, 8)
     a = make([FULL, MAMBA])

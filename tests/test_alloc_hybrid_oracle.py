@@ -42,18 +42,50 @@ def scenarios() -> list[dict]:
     long = [["admit", 0, 30, 8], ["grow", 0, 8], ["grow", 0, 8], ["grow", 0, 6]] + _decode([0], 4) + [["free", 0]]
     short = ([["admit", 0, 4, 4], ["admit", 1, 4, 4], ["admit", 2, 3, 3]] + _decode([0, 1], 1) + [["free", 1]]
              + _decode([0], 3) + [["free", 0]])
+    # prefix caching: prompts sharing a 16-token prefix P (8 blocks); D is P itself (at most 7 blocks hit)
+    p = list(range(100, 116))
+    a, b, c, d = p + [1, 2, 3], p + [4, 5], p[:8] + [9] * 6, p
+    cached = ([["admitc", 0, a], ["grow", 0, 8], ["grow", 0, 3]] + _decode([0], 3) + [["admitc", 1, b]]
+              + _decode([0, 1], 2) + [["free", 0], ["admitc", 2, c], ["grow", 2, 6], ["admitc", 3, d], ["grow", 3, 2]]
+              + _decode([1, 2, 3], 4) + [["free", 1], ["readmit", 0]] + _decode([0, 2, 3], 3)
+              + [["free", 2], ["readmit", 1], ["admitc", 4, a]] + _decode([0, 1, 3, 4], 3)
+              + [["free", 0], ["free", 1], ["free", 3], ["free", 4]])
+    SWA6 = {"kind": "sliding", "window": 6}
     return [_scenario(g, n, mixed) for g, n in (([FULL, SWA4], 12), ([FULL, SWA4], 20), ([FULL, CHUNK4], 12),
                                                  ([FULL, CHUNK4], 20), ([FULL, MAMBA], 12), ([FULL, SWA4, MAMBA], 16))] + \
-        [_scenario([FULL, SWA4], 25, long), _scenario([FULL, CHUNK4], 25, long), _scenario([FULL, SWA4], 6, short)]
+        [_scenario([FULL, SWA4], 25, long), _scenario([FULL, CHUNK4], 25, long), _scenario([FULL, SWA4], 6, short)] + \
+        [{**_scenario(g, n, cached), "caching": True}
+         for g, n in (([FULL, SWA4], 60), ([FULL, SWA4], 24), ([FULL, CHUNK4], 60), ([FULL, CHUNK4], 24),
+                      ([SWA4, FULL, SWA4], 60), ([SWA4, SWA6], 40), ([FULL, SWA6, CHUNK4], 40), ([FULL, SWA4, SWA6], 30))]
+
+
+def _content_ids(tokens: list[int], block_size: int, ids: dict) -> list[int]:
+    """Content ids of the full blocks of `tokens`, equal for equal prefixes (the trace's block hashes)."""
+    out, parent = [], -1
+    for k in range(len(tokens) // block_size):
+        parent = ids.setdefault((parent, tuple(tokens[k * block_size:(k + 1) * block_size])), len(ids))
+        out.append(parent)
+    return out
 
 
 def replay(s: dict) -> list[dict]:
     """The driver's ops on kvsim's allocator, recorded the same way (invariants checked after each)."""
-    a = HybridAllocator(s["num_blocks"], s["block_size"], [GroupSpec(**g) for g in s["groups"]], s["max_model_len"],
-                        s["max_in_flight_tokens"], prefill_chunk_tokens=s["max_in_flight_tokens"])
-    live, out = [], []
+    chunk, bs = s["max_in_flight_tokens"], s["block_size"]
+    a = HybridAllocator(s["num_blocks"], bs, [GroupSpec(**g) for g in s["groups"]], s["max_model_len"],
+                        chunk, prefill_chunk_tokens=chunk, prefix_caching=s.get("caching", False))
+    live, out, ids, content, total = [], [], {}, {}, {}
     for kind, rid, *args in s["ops"]:
-        if kind != "admit" and rid not in live:
+        hit = 0
+        if kind in ("admitc", "readmit"):
+            if kind == "admitc":
+                content[rid], total[rid] = _content_ids(args[0], bs, ids), len(args[0])
+            n = total[rid]
+            hit = a.cached_tokens(n, content[rid], rid)
+            ok = a.can_allocate(n, n, content[rid], rid)
+            if ok:
+                assert a.allocate(rid, n, n, content[rid], hit + min(n - hit, chunk)) == hit
+                live.append(rid)
+        elif kind != "admit" and rid not in live:
             ok = None
         elif kind == "admit":
             ok = a.can_allocate(args[0], args[0])
@@ -61,6 +93,7 @@ def replay(s: dict) -> list[dict]:
                 a.allocate(rid, args[0], args[0], hold_tokens=args[1])
                 live.append(rid)
         elif kind == "grow":
+            total[rid] = max(total.get(rid, 0), a.num_tokens(rid) + args[0])
             ok = a.can_append(rid, args[0])
             if ok:
                 a.append(rid, args[0])
@@ -72,7 +105,10 @@ def replay(s: dict) -> list[dict]:
             live.remove(rid)
             ok = True
         a.check_invariants()
-        out.append({"ok": ok, "free": a.num_free_blocks, "tables": {str(r): a.group_block_tables(r) for r in live}})
+        record = {"ok": ok, "free": a.num_free_blocks, "tables": {str(r): a.group_block_tables(r) for r in live}}
+        if s.get("caching"):
+            record["hit"] = hit
+        out.append(record)
     return out
 
 

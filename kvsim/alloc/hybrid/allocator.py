@@ -13,15 +13,17 @@ and grows by `n`: first every group nulls and frees its leading entries no later
 until its table has `entries_for(C + n)` entries (null ones count). A table is append-only; its skipped
 head holds `NULL_BLOCK` entries (vLLM's null block) that hold no pool block.
 
-The free queue is vLLM 0.33's without prefix caching (`BlockPool.free_blocks`: uncached blocks are
-prepended, last in first out): released blocks `_free`, then the never used ids `_top`.. in order, so block
-ids equal vLLM's minus one (its block 0 is the null block).
+The free queue is vLLM 0.33's (`BlockPool.free_blocks`: uncached blocks are prepended, last in first
+out; cached ones appended, kvsim/alloc/hybrid/prefix.py): released uncached blocks `_free`, then the never
+used ids `_top`.., then the evictable cached blocks (least recently freed first), so block ids equal
+vLLM's minus one (its block 0 is the null block).
 
-Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, or never used: id
->= `_top`) or held by exactly one (sequence, group) entry; the nulls of a table are a prefix; a table
-has `entries_for(tokens)` entries; the counters `_sum_tokens`, `_held`, `_nulls`, `_reach` equal their
-sums over live sequences. Not supported, refused with ValueError: prefix caching, more than one
-sequence per request (forks: parallel samples, beams).
+Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, never used: id
+>= `_top`, or evictable) or held; without prefix caching a held block is in exactly one (sequence, group)
+entry, with it in as many entries of one group as its reference count (hits share full blocks); the
+nulls of a table are a prefix; a table has `entries_for(tokens)` entries; the counters `_sum_tokens`,
+`_held`, `_nulls`, `_reach`, `_dup` equal their sums over live sequences. Refused with ValueError: more
+than one sequence per request (forks: parallel samples, beams), prefix caching with a Mamba group.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..base import AllocationError
+from ..prefix import PrefixCache
 from .accounting import HybridAccounting
 from .groups import NEVER, NULL_BLOCK, GroupSpec, make_rules
+from .prefix import HybridPrefix
 from .windows import HybridWindows
 
 
@@ -46,16 +50,20 @@ class _Seq:
     tokens: int
     final: int
     event: int = 0
+    hashes: list[int] = None  # prefix caching: hashes of its full blocks so far (shareable, then own)
+    salt: int = 0             # its id: the key of its own blocks' hashes
+    cached: list[int] = None  # per group: leading entries registered in the prefix cache
 
 
-class HybridAllocator(HybridAccounting, HybridWindows):
+class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
     """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
 
     `groups`: the KV cache groups in vLLM's group order. `max_model_len` and `max_in_flight_tokens`
     (vLLM's `VllmConfig.max_in_flight_tokens`: concurrent batches x max_num_batched_tokens) set the
     per-request admission cap of sliding and chunked groups. `prefill_chunk_tokens`: the most tokens a
     sequence's first allocation takes (max_num_batched_tokens with chunked prefill; None: a whole
-    prompt at once), which bounds `peak_slots`."""
+    prompt at once), which bounds `peak_slots`. `prefix_caching`: vLLM's automatic prefix caching
+    across groups (kvsim/alloc/hybrid/prefix.py)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[GroupSpec], max_model_len: int,
                  max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
@@ -67,8 +75,9 @@ class HybridAllocator(HybridAccounting, HybridWindows):
         if max_model_len < 1 or max_in_flight_tokens < 1:
             raise ValueError(f"max_model_len and max_in_flight_tokens must be >= 1, "
                              f"got {max_model_len} and {max_in_flight_tokens}")
-        if prefix_caching:
-            raise ValueError("the hybrid allocator does not model prefix caching yet; run without it")
+        if prefix_caching and any(g.kind == "mamba" for g in groups):
+            raise ValueError("prefix caching with a Mamba group is not modelled (vLLM needs its 'align' "
+                             "Mamba cache mode for it); run without prefix caching")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.capacity_tokens = num_blocks * block_size
         self.groups = tuple(groups)
@@ -85,32 +94,24 @@ class HybridAllocator(HybridAccounting, HybridWindows):
         self._held = [0] * ng                # per group: pool blocks held
         self._nulls = [0] * ng               # per group: NULL_BLOCK entries
         self._reach = [0] * ng               # per group: sum of min(final, entries x block_size)
+        self._dup = [0] * ng                 # per group: sum over held blocks of (holders - 1)
+        self._cache = PrefixCache() if prefix_caching else None   # keys: (hash, group)
+        self._ref: dict[int, int] = {}       # prefix caching: held block -> holders
+        self._chained: tuple[object, list[int]] = ((), [])        # last content ids -> chained hashes
+        self._spec_groups_cached = self._spec_groups()
 
     # ---- queries -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        """Pool blocks free now."""
-        return self.num_blocks - self._top + len(self._free)
+        """Pool blocks free now (evictable cached ones included)."""
+        free = self.num_blocks - self._top + len(self._free)
+        return free if self._cache is None else free + self._cache.num_evictable
 
     def _seq(self, seq_id: int) -> _Seq:
         try:
             return self._seqs[seq_id]
         except KeyError:
             raise AllocationError(f"unknown sequence id {seq_id}") from None
-
-    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
-        """0: no prefix caching."""
-        return 0
-
-    def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
-        """An upper bound on the slots one sequence of `num_tokens` (peak `final_tokens`) holds at once:
-        the sum over groups of each group's peak (they need not peak together)."""
-        if num_seqs != 1:
-            raise ValueError(f"the hybrid allocator serves one sequence per request, got {num_seqs} "
-                             f"(parallel samples / beam search are not supported)")
-        chunk = self.prefill_chunk_tokens
-        first = num_tokens if chunk is None else min(num_tokens, chunk)
-        return self.block_size * sum(r.peak_blocks(num_tokens, final_tokens, first) for r in self.rules)
 
     def _need(self, seq: _Seq, num_tokens: int) -> int:
         """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
@@ -134,7 +135,10 @@ class HybridAllocator(HybridAccounting, HybridWindows):
                 skip = min(skip, len(table))
                 dropped = table[z:skip]
                 table[z:skip] = [NULL_BLOCK] * len(dropped)
-                self._free.extendleft(dropped)       # (so the front reads dropped[-1], ..., dropped[0])
+                if self._cache is None:
+                    self._free.extendleft(dropped)   # (so the front reads dropped[-1], ..., dropped[0])
+                else:
+                    self._release(g, dropped[::-1])
                 self._held[g] -= len(dropped)
                 self._nulls[g] += len(dropped)
                 seq.nulls[g] = skip
@@ -143,6 +147,8 @@ class HybridAllocator(HybridAccounting, HybridWindows):
     def _set_event(self, seq: _Seq) -> None:
         """File the computed tokens at which `seq`'s next one-token growth does more than count."""
         event = seq.tokens + NEVER
+        if self._cache is not None:     # its next full block is registered in the prefix cache
+            event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
         for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
             take, drop = rules.next_take(len(table)), rules.next_drop(z)
             if take < event:
@@ -155,34 +161,50 @@ class HybridAllocator(HybridAccounting, HybridWindows):
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
                      seq_id: int | None = None) -> bool:
         """vLLM's admission: the whole sequence's blocks, each recycling group capped per request, must
-        be free, and so must the blocks of its first allocation (the first chunk, or all of it)."""
-        chunk = self.prefill_chunk_tokens
-        first = num_tokens if chunk is None else min(num_tokens, chunk)
-        free = self.num_free_blocks
-        return (sum(r.admission_blocks(num_tokens) for r in self.rules) <= free
-                and sum(r.entries_for(first) for r in self.rules) <= free)
+        be free, and so must the blocks of its first allocation (the first chunk, or all of it), its
+        prefix-cache hits counted (evictable hit blocks leave the free blocks)."""
+        chunk, free = self.prefill_chunk_tokens, self.num_free_blocks
+        if self._cache is None:
+            first = num_tokens if chunk is None else min(num_tokens, chunk)
+            return (sum(r.admission_blocks(num_tokens) for r in self.rules) <= free
+                    and sum(r.entries_for(first) for r in self.rules) <= free)
+        hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
+        first = num_tokens if chunk is None else min(num_tokens, hit + chunk)
+        return (self._blocks_to_allocate(num_tokens, hit, tables, True) <= free
+                and self._blocks_to_allocate(first, hit, tables, False) <= free)
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
                  block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
-        """Give new `seq_id` the blocks of `hold_tokens` (default `num_tokens`) tokens in every group
-        (nothing is computed yet, so nothing is skipped); the rest come by `append`. Returns 0."""
+        """Give new `seq_id` its prefix-cache hits and the blocks of `hold_tokens` (default
+        `num_tokens`; at least the hits) tokens in every group (nothing skipped but the hits' head);
+        the rest come by `append`. Returns the tokens the prefix cache served."""
         if seq_id in self._seqs:
             raise AllocationError(f"sequence id {seq_id} is already allocated")
-        hold = num_tokens if hold_tokens is None else hold_tokens
+        hit, hits = (0, None) if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)
+        hold = max(num_tokens if hold_tokens is None else hold_tokens, hit)
         if not 1 <= hold <= num_tokens:
             raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
-        counts = [r.entries_for(hold) for r in self.rules]
-        if sum(counts) > self.num_free_blocks:
-            raise AllocationError(f"sequence {seq_id}: {sum(counts)} blocks needed, {self.num_free_blocks} free")
-        final = max(final_tokens, num_tokens)
-        seq = self._seqs[seq_id] = _Seq([self._take(k) for k in counts], [0] * len(counts), hold, final)
-        self._set_event(seq)
+        ng = len(self.rules)
+        need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False)
+        if need > self.num_free_blocks:
+            raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
+        final, bs = max(final_tokens, num_tokens), self.block_size
+        seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final)
+        if hits is not None:
+            seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
+            self._adopt_hits(seq, hit, hits)
+        for g, rules in enumerate(self.rules):
+            table = seq.tables[g]
+            more = rules.entries_for(hold) - len(table)
+            if more > 0:
+                table.extend(self._take(more))
+                self._held[g] += more
+            self._reach[g] += min(final, len(table) * bs)
         self._sum_tokens += hold
-        bs = self.block_size
-        for g, k in enumerate(counts):
-            self._held[g] += k
-            self._reach[g] += min(final, k * bs)
-        return 0
+        if hits is not None:
+            self._register(seq)
+        self._set_event(seq)
+        return hit
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether `seq_id` can grow by `num_tokens` now. As in vLLM's `allocate_slots`, asking first
@@ -240,6 +262,8 @@ class HybridAllocator(HybridAccounting, HybridWindows):
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
         seq.tokens, seq.final = new, final
         self._sum_tokens += num_tokens
+        if self._cache is not None:
+            self._register(seq)
         self._set_event(seq)
 
     def free(self, seq_id: int) -> None:
@@ -251,7 +275,10 @@ class HybridAllocator(HybridAccounting, HybridWindows):
         bs = self.block_size
         for g, table in enumerate(seq.tables):
             held = table[seq.nulls[g]:]
-            self._free.extendleft(held)
+            if self._cache is None:
+                self._free.extendleft(held)
+            else:
+                self._release(g, held[::-1])
             self._held[g] -= len(held)
             self._nulls[g] -= seq.nulls[g]
             self._reach[g] -= min(seq.final, len(table) * bs)
@@ -263,18 +290,11 @@ class HybridAllocator(HybridAccounting, HybridWindows):
         free = self._free
         reused = min(num, len(free))
         blocks = [free.popleft() for _ in range(reused)]
-        fresh = num - reused
+        fresh = min(num - reused, self.num_blocks - self._top)
         blocks.extend(range(self._top, self._top + fresh))
         self._top += fresh
+        if self._cache is not None:       # then the evictable cached blocks, least recently freed first
+            blocks.extend(self._cache.evict_lru() for _ in range(num - len(blocks)))
+            for b in blocks:
+                self._ref[b] = 1
         return blocks
-
-    # ---- sharing: not supported ----------------------------------------------------------------
-    def can_fork(self, parent_id: int) -> bool:
-        """False: the hybrid allocator holds one sequence per request."""
-        return False
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        raise ValueError("the hybrid allocator does not fork sequences (parallel samples / beam search)")
-
-    def refork(self, parent_id: int, child_id: int) -> int:
-        raise ValueError("the hybrid allocator does not fork sequences (parallel samples / beam search)")

@@ -79,6 +79,19 @@ class FullRules:
         need = self.entries_for(num_tokens)
         return need if self.cap_blocks is None or need < self.cap_blocks else self.cap_blocks
 
+    def find_hit(self, lookup, max_length: int) -> tuple[list, int]:
+        """The longest prefix of at most `max_length` tokens this kind can serve from the prefix cache:
+        (per block index: what `lookup(k)` gave, or NULL_BLOCK where the window needs nothing; hit
+        tokens). `lookup(k)`: the cached blocks of block k, or None (vLLM's `find_longest_cache_hit`):
+        full attention needs every block from the start."""
+        hits = []
+        for k in range(max_length // self.block_size):
+            found = lookup(k)
+            if found is None:
+                break
+            hits.append(found)
+        return hits, len(hits) * self.block_size
+
     def peak_blocks(self, num_tokens: int, final_tokens: int, first_tokens: int) -> int:
         """Most blocks a sequence admitted with `num_tokens`, `first_tokens` of them allocated at once
         (the first prefill chunk), holds at any time while growing one chunk or token at a time to
@@ -101,6 +114,21 @@ class SlidingRules(FullRules):
     def next_drop(self, nulls: int) -> int:
         return (nulls + 1) * self.block_size + self.window - 1
 
+    def find_hit(self, lookup, max_length: int) -> tuple[list, int]:
+        """A run of cdiv(window - 1, block_size) cached blocks ending as late as possible (the window
+        of the next token), nulls before it; or a shorter run from the first block."""
+        need = -(-(self.window - 1) // self.block_size)
+        run: list = []
+        for k in range(max_length // self.block_size - 1, -1, -1):
+            found = lookup(k)
+            if found is None:
+                run = []
+                continue
+            run.insert(0, found)
+            if len(run) >= need:
+                return [NULL_BLOCK] * k + run, (k + len(run)) * self.block_size
+        return run, len(run) * self.block_size      # (the loop ended on the run from block 0, if any)
+
     def peak_blocks(self, num_tokens: int, final_tokens: int, first_tokens: int) -> int:
         most = max(self.cap_blocks, self.entries_for(first_tokens))
         return min(self.entries_for(max(num_tokens, final_tokens)), most)
@@ -119,6 +147,17 @@ class ChunkedRules(SlidingRules):
 
     def next_drop(self, nulls: int) -> int:
         return -(-(nulls + 1) * self.block_size // self.chunk) * self.chunk
+
+    def find_hit(self, lookup, max_length: int) -> tuple[list, int]:
+        """Nulls for the chunks before the next token's, then cached blocks of its chunk from its start."""
+        start = max_length // self.chunk * self.chunk // self.block_size
+        hits: list = [NULL_BLOCK] * start
+        for k in range(start, max_length // self.block_size):
+            found = lookup(k)
+            if found is None:
+                break
+            hits.append(found)
+        return hits, len(hits) * self.block_size
 
 
 class MambaRules(FullRules):
