@@ -107,9 +107,11 @@ def test_the_sliding_groups_admission_cap():
     # blocks; the first 8-token chunk takes 4 + 4
     assert make([FULL, GroupSpec("sliding", window=4)], num_blocks=22).can_allocate(30, 40)
     assert not make([FULL, GroupSpec("sliding", window=4)], num_blocks=21).can_allocate(30, 40)
-    # without chunked prefill the whole prompt is allocated at once: 15 + 15
-    assert not make([FULL, GroupSpec("sliding", window=4)], num_blocks=29, chunk=None).can_allocate(30, 40)
-    assert make([FULL, GroupSpec("sliding", window=4)], num_blocks=30, chunk=None).can_allocate(30, 40)
+    # the step's own blocks must fit too (`can_hold`): the first 8-token chunk 4 + 4; a whole prompt at
+    # once (no chunked prefill) 15 + 15
+    a = make([FULL, GroupSpec("sliding", window=4)], num_blocks=29)
+    assert a.can_allocate(30, 40) and a.can_hold(8, 30) and not a.can_hold(30, 30)
+    assert make([FULL, GroupSpec("sliding", window=4)], num_blocks=30).can_hold(30, 30)
     # chunked 4: min(15, cdiv(4 + 8, 2) = 6)
     assert make([FULL, GroupSpec("chunked", chunk=4)], num_blocks=21).can_allocate(30, 40)
     assert not make([FULL, GroupSpec("chunked", chunk=4)], num_blocks=20).can_allocate(30, 40)

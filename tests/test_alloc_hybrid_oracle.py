@@ -81,14 +81,15 @@ def replay(s: dict) -> list[dict]:
                 content[rid], total[rid] = _content_ids(args[0], bs, ids), len(args[0])
             n = total[rid]
             hit = a.cached_tokens(n, content[rid], rid)
-            ok = a.can_allocate(n, n, content[rid], rid)
+            hold = hit + min(n - hit, chunk)
+            ok = a.can_allocate(n, n, content[rid], rid) and a.can_hold(hold, n, content[rid], rid)
             if ok:
-                assert a.allocate(rid, n, n, content[rid], hit + min(n - hit, chunk)) == hit
+                assert a.allocate(rid, n, n, content[rid], hold) == hit
                 live.append(rid)
         elif kind != "admit" and rid not in live:
             ok = None
         elif kind == "admit":
-            ok = a.can_allocate(args[0], args[0])
+            ok = a.can_allocate(args[0], args[0]) and a.can_hold(args[1], args[0])
             if ok:
                 a.allocate(rid, args[0], args[0], hold_tokens=args[1])
                 live.append(rid)

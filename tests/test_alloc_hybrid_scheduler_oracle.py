@@ -38,31 +38,55 @@ def cases() -> list[dict]:
     def case(groups, num_blocks, requests, max_len):
         return {"block_size": 4, "num_blocks": num_blocks, "groups": groups, "max_num_batched_tokens": 32,
                 "max_num_seqs": 16, "max_model_len": max_len, "requests": requests}
+    # prefix caching: 3 families of prompts sharing 24- to 40-token prefixes, some repeated whole
+    families = [[1000 * f + k for k in range(rng.randint(24, 40))] for f in range(1, 4)]
+    prompts = []
+    for i in range(36):
+        fam = families[rng.randrange(3)]
+        prompts.append(fam + [50_000 + 100 * i + k for k in range(rng.randint(0, 20) if i % 5 else 0)])
+    shared = [[len(p), rng.randint(1, 30)] for p in prompts]
+
+    def cached(groups, num_blocks):
+        return {**case(groups, num_blocks, shared, 128), "caching": True, "prompts": prompts}
     return [case([FULL, SWA8], 40, short, 128), case([FULL, CHUNK8], 40, short, 128),
             case([FULL, MAMBA], 40, short, 128), case([SWA8, FULL, MAMBA], 50, short, 128),
             case([FULL, SWA8], 60, long, 256), case([FULL, CHUNK8], 60, long, 256),
-            case([SWA8, SWA8, FULL], 70, long, 256)]
+            case([SWA8, SWA8, FULL], 70, long, 256),
+            cached([FULL, SWA8], 40), cached([FULL, SWA8], 80), cached([FULL, CHUNK8], 40),
+            cached([SWA8, FULL, SWA8], 60), cached([SWA8, CHUNK8], 40)]
+
+
+def _content_ids(tokens: list[int], block_size: int) -> list[int]:
+    """Content ids of the full blocks of `tokens` (equal prefixes, equal ids: the trace's block hashes)."""
+    return [hash(tuple(tokens[:(k + 1) * block_size])) & (2**62 - 1) for k in range(len(tokens) // block_size)]
 
 
 def run_kvsim(case: dict) -> list[dict]:
     """kvsim's Scheduler and HybridAllocator with vLLM's settings; the driver's records."""
-    reqs, mbt = case["requests"], case["max_num_batched_tokens"]
-    trace = Trace.from_arrays([0.0] * len(reqs), [p for p, _ in reqs], [o for _, o in reqs])
-    alloc = HybridAllocator(case["num_blocks"], case["block_size"], [GroupSpec(**g) for g in case["groups"]],
-                            case["max_model_len"], max_in_flight_tokens=mbt, prefill_chunk_tokens=mbt)
+    reqs, mbt, bs, caching = case["requests"], case["max_num_batched_tokens"], case["block_size"], case.get("caching")
+    hashes = [_content_ids(p, bs) for p in case["prompts"]] if caching else None
+    trace = Trace.from_arrays([0.0] * len(reqs), [p for p, _ in reqs], [o for _, o in reqs], block_hashes=hashes,
+                              hash_block_size=bs if caching else None)
+    alloc = HybridAllocator(case["num_blocks"], bs, [GroupSpec(**g) for g in case["groups"]], case["max_model_len"],
+                            max_in_flight_tokens=mbt, prefill_chunk_tokens=mbt, prefix_caching=bool(caching))
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_batched_tokens=mbt,
-                                                    chunked_prefill=True), max_seq_len=case["max_model_len"])
+                                                    chunked_prefill=True), max_seq_len=case["max_model_len"],
+                      block_ids=(lambda i: trace.prompt_block_ids(i, bs)) if caching else None)
     for i in range(len(reqs)):
         sched.add(i, 0.0)
-    out, now = [], 0.0
+    out, now, hits = [], 0.0, {}
     while (plan := sched.schedule(now)) is not None:
-        record = {"used": alloc.stats().used_blocks, "groups": [g.used_blocks for g in alloc.group_stats()],
+        for seq, cached_tokens in plan.allocated:
+            hits.setdefault(seq, cached_tokens)
+        record = {"used": alloc.stats().used_blocks, "groups": [g.unshared_blocks for g in alloc.group_stats()],
                   "preempted": list(plan.preempted), "tokens": plan.prefill_tokens + plan.decode_seqs}
         sched.finish(plan, now + 1.0)
         record["finished"] = list(plan.finished)
         out.append(record)
         now += 1.0
     assert sched.num_finished == len(reqs)
+    if caching:
+        out.append({"hits": [hits.get(i, 0) for i in range(len(reqs))]})
     return out
 
 
@@ -75,7 +99,8 @@ def test_kvsim_scheduler_equals_vllm_step_by_step():
         first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
         assert first is None, f"groups {case['groups']}: step {first}: kvsim {got[first]}, vLLM {want[first]}"
         assert len(got) == len(want)
-    assert sum(len(r["preempted"]) for case in golden for r in case) > 20      # memory pressure is exercised
+    assert sum(len(r.get("preempted", ())) for case in golden for r in case) > 20    # memory pressure is exercised
+    assert all(sum(case[-1]["hits"]) > 0 for case, c in zip(golden, all_cases) if c.get("caching"))
 
 
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")

@@ -51,7 +51,7 @@ class HybridMachine(RuleBasedStateMachine):
         self.next_id += 1
         hold = min(hold, num_tokens)
         free = a.num_free_blocks
-        if a.can_allocate(num_tokens, num_tokens + extra):
+        if a.can_allocate(num_tokens, num_tokens + extra) and a.can_hold(hold, num_tokens):
             a.allocate(seq, num_tokens, num_tokens + extra, hold_tokens=hold)
             self.tokens[seq], self.computed_at[seq] = hold, 0
             self.first[seq] = (num_tokens, num_tokens + extra)

@@ -35,7 +35,7 @@ from typing import Sequence
 from ..base import AllocationError
 from ..prefix import PrefixCache
 from .accounting import HybridAccounting
-from .groups import NEVER, NULL_BLOCK, GroupSpec, make_rules
+from .groups import NULL_BLOCK, GroupSpec, make_rules
 from .prefix import HybridPrefix
 from .windows import HybridWindows
 
@@ -144,34 +144,26 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
                 seq.nulls[g] = skip
         # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
 
-    def _set_event(self, seq: _Seq) -> None:
-        """File the computed tokens at which `seq`'s next one-token growth does more than count."""
-        event = seq.tokens + NEVER
-        if self._cache is not None:     # its next full block is registered in the prefix cache
-            event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
-        for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
-            take, drop = rules.next_take(len(table)), rules.next_drop(z)
-            if take < event:
-                event = take
-            if drop < event:
-                event = drop
-        seq.event = event if event > seq.tokens else seq.tokens
-
     # ---- allocate / grow / free ----------------------------------------------------------------
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
                      seq_id: int | None = None) -> bool:
-        """vLLM's admission: the whole sequence's blocks, each recycling group capped per request, must
-        be free, and so must the blocks of its first allocation (the first chunk, or all of it), its
-        prefix-cache hits counted (evictable hit blocks leave the free blocks)."""
-        chunk, free = self.prefill_chunk_tokens, self.num_free_blocks
+        """vLLM's admission gate (`full_sequence_must_fit`): the blocks of the whole sequence, each
+        recycling group capped per request, less its prefix-cache hits, plus the evictable hit blocks,
+        must be free. The blocks of this step's first chunk must fit too: `can_hold`."""
         if self._cache is None:
-            first = num_tokens if chunk is None else min(num_tokens, chunk)
-            return (sum(r.admission_blocks(num_tokens) for r in self.rules) <= free
-                    and sum(r.entries_for(first) for r in self.rules) <= free)
+            return sum(r.admission_blocks(num_tokens) for r in self.rules) <= self.num_free_blocks
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
-        first = num_tokens if chunk is None else min(num_tokens, hit + chunk)
-        return (self._blocks_to_allocate(num_tokens, hit, tables, True) <= free
-                and self._blocks_to_allocate(first, hit, tables, False) <= free)
+        return self._blocks_to_allocate(num_tokens, hit, tables, True) <= self.num_free_blocks
+
+    def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
+                 seq_id: int | None = None) -> bool:
+        """Whether `allocate(seq_id, num_tokens, ..., block_hashes, hold_tokens)` fits now (vLLM's
+        per-step check of `allocate_slots`: the blocks of the tokens this step computes, hits counted).
+        The scheduler asks it after `can_allocate` (kvsim/engine/scheduler.py `_admit`)."""
+        if self._cache is None:
+            return sum(r.entries_for(hold_tokens) for r in self.rules) <= self.num_free_blocks
+        hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
+        return self._blocks_to_allocate(max(hold_tokens, hit), hit, tables, False) <= self.num_free_blocks
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
                  block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:

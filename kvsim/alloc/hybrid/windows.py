@@ -13,10 +13,24 @@ from heapq import heappop, heappush
 from typing import Sequence
 
 from ..base import MemoryStats
+from .groups import NEVER
 
 
 class HybridWindows:
-    """`decode_window` / `append_steps` of `HybridAllocator`."""
+    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`."""
+
+    def _set_event(self, seq) -> None:
+        """File the computed tokens at which `seq`'s next one-token growth does more than count."""
+        event = seq.tokens + NEVER
+        if self._cache is not None:     # its next full block is registered in the prefix cache
+            event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
+        for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
+            take, drop = rules.next_take(len(table)), rules.next_drop(z)
+            if take < event:
+                event = take
+            if drop < event:
+                event = drop
+        seq.event = event if event > seq.tokens else seq.tokens
 
     def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
         """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once: no
