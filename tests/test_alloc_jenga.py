@@ -158,3 +158,22 @@ def test_bad_input_and_registration():
     assert isinstance(a, JengaAllocator) and a.capacity_tokens == 72
     with pytest.raises(ValueError, match="needs pool_bytes >= 1"):
         make_allocator("jenga", 100, groups=[A])
+
+
+@pytest.mark.parametrize("empty_first", [True, False])
+def test_empty_large_pages_first_trades_stranded_pages_for_whole_frees(empty_first):
+    a = JengaAllocator(36, 1, [A, B], 64, 8, empty_first=empty_first)
+    a.allocate(0, 2, 2)                        # A: large 0 pages 0, 1 (index 2 free); B: large 1, full
+    a.allocate(1, 1, 1)
+    if empty_first:                            # A opens large 2 rather than use large 0's free page
+        assert a.group_block_tables(1) == [[6], [6]]
+        assert parts(a.stats()) == (36, 3 * 2 + 3 * 3, 0, 0, (1 + 2) * 2 + 1 * 3, 12)
+    else:                                      # A packs into large 0; B must open one: large 2
+        assert a.group_block_tables(1) == [[2], [4]]
+        assert parts(a.stats()) == (36, 3 * 2 + 3 * 3, 0, 0, 1 * 3, 18)
+    before = a.num_free_large
+    a.free(0)
+    a.check_invariants()
+    # request-aware: request 0's large pages 0 and 1 empty whole; packed: large 0 still holds request 1's
+    # page (it started with one more large page free: 4 are free either way)
+    assert (before, a.num_free_large) == ((2, 4) if empty_first else (3, 4))

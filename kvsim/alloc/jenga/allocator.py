@@ -46,11 +46,12 @@ class JengaAllocator(JengaAccounting):
     """Jenga's two-level allocator over `pool_bytes` of KV memory (one GPU) for `groups` (JengaGroup, each
     with its page bytes); `block_size` tokens per attention page. `max_model_len`, `max_in_flight_tokens`
     and `prefill_chunk_tokens` mean what they mean for `hybrid.HybridAllocator` (the admission cap of
-    sliding and chunked groups, and the first allocation's size)."""
+    sliding and chunked groups, and the first allocation's size). `empty_first`: a request whose own
+    large pages are full opens a free large page before filling other requests' (pool.py, step 2)."""
 
     def __init__(self, pool_bytes: int, block_size: int, groups: Sequence[JengaGroup], max_model_len: int,
                  max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
-                 prefix_caching: bool = False) -> None:
+                 prefix_caching: bool = False, empty_first: bool = True) -> None:
         if max_model_len < 1 or max_in_flight_tokens < 1:
             raise ValueError(f"max_model_len and max_in_flight_tokens must be >= 1, "
                              f"got {max_model_len} and {max_in_flight_tokens}")
@@ -62,7 +63,7 @@ class JengaAllocator(JengaAccounting):
         self.groups = tuple(groups)
         self.rules = [make_rules(g.spec, block_size, max_model_len, max_in_flight_tokens) for g in groups]
         self.prefill_chunk_tokens = prefill_chunk_tokens
-        self.pool = LargePagePool(self.layout.num_large, self.layout.pages_per_large)
+        self.pool = LargePagePool(self.layout.num_large, self.layout.pages_per_large, empty_first)
         self._seqs: dict[int, _Seq] = {}
         self._sum_tokens = 0
         ng = len(self.groups)
@@ -138,8 +139,8 @@ class JengaAllocator(JengaAccounting):
             raise AllocationError(f"sequence {seq_id}: pages {counts} per group do not fit")
         final, ng = max(final_tokens, num_tokens), len(counts)
         seq = _Seq([], [0] * ng, [{} for _ in range(ng)], hold, final)
+        seq.tables = self.pool.take_all(counts, seq.homes)
         for g, k in enumerate(counts):
-            seq.tables.append(self.pool.take(g, k, seq.homes[g]))
             self._held[g] += k
             self._reach[g] += min(final, k * self.block_size)
         self._seqs[seq_id] = seq
@@ -181,11 +182,12 @@ class JengaAllocator(JengaAccounting):
         """Take `need[g]` pages of every group g for `num_tokens` more tokens."""
         bs, new = self.block_size, seq.tokens + num_tokens
         final = max(seq.final, new)
+        taken = self.pool.take_all(need, seq.homes) if any(need) else None
         for g, more in enumerate(need):
             table = seq.tables[g]
             entries = len(table)
             if more:
-                table.extend(self.pool.take(g, more, seq.homes[g]))
+                table.extend(taken[g])
                 self._held[g] += more
             if more or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)

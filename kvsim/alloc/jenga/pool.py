@@ -6,11 +6,14 @@ where any group may take it.
 Request-aware placement (Jenga's request-aware allocation, so that a finished request frees whole large
 pages): a request's small page of group g comes, in this order, from
   1. a large page of g that already holds pages of this request (the one it took first);
-  2. a free large page (lowest never-used id, or the last released);
-  3. any large page of g with a free small page (the one that has had one free longest).
-Step 3 keeps every free small page usable by its own group, so a group is refused only when it truly
-has no room; the paper states the preference (1), the order of 2 and 3 is this module's choice.
-Within a large page the lowest free small page is taken.
+  2. (`empty_first`) a free large page (the last released, else the lowest never used), as long as
+     enough stay free for the other groups' pages of the same allocation;
+  3. any large page of g with a free small page (the one that has had one free longest);
+  4. a free large page (the group has no free small page left).
+So a request is refused only when its pages truly do not fit (`fits`); with `empty_first` False step 2
+is skipped: a group opens only the large pages it must (packing other requests' partly used ones). The paper states the
+preference (1); the order of the others is this module's reading. Within a large page the lowest free
+small page is taken.
 
 Page ids. A small page of group g is numbered as group g sees the pool, an array of its own pages:
 id = large page x pages_per_large[g] + index within the large page (its byte offset / page_bytes[g]).
@@ -30,8 +33,8 @@ class LargePagePool:
     A request's `home` (one dict per request and group) maps each large page holding its small pages of
     that group to how many; `take` and `release` keep it up to date."""
 
-    def __init__(self, num_large: int, pages_per_large: Sequence[int]) -> None:
-        self.num_large = num_large
+    def __init__(self, num_large: int, pages_per_large: Sequence[int], empty_first: bool = True) -> None:
+        self.num_large, self.empty_first = num_large, empty_first
         self.pages_per_large = tuple(pages_per_large)
         ng = len(self.pages_per_large)
         self.owner = [-1] * num_large               # group holding each large page, -1: free
@@ -57,21 +60,44 @@ class LargePagePool:
                 need += -(-more // self.pages_per_large[g])
         return need <= self.free_large
 
-    def take(self, g: int, num: int, home: dict[int, int]) -> list[int]:
-        """`num` small pages of group g for a request whose pages of g lie in `home` (it must fit)."""
-        n, out = self.pages_per_large[g], []
+    def _required(self, g: int, count: int) -> int:
+        """Free large pages group g must open to take `count` small pages (its free ones first)."""
+        more = count - self.free_small[g]
+        return -(-more // self.pages_per_large[g]) if more > 0 else 0
+
+    def take_all(self, counts: Sequence[int], homes: Sequence[dict[int, int]]) -> list[list[int]]:
+        """`counts[g]` small pages of every group g for one request whose pages of g lie in `homes[g]`
+        (they must fit, see `fits`). A group opens a free large page before using another request's
+        large page (with `empty_first`) only while enough stay free for the other groups' pages."""
+        spare = self.free_large - sum(self._required(g, c) for g, c in enumerate(counts))
+        out = []
+        for g, c in enumerate(counts):
+            need = self._required(g, c)
+            opened, pages = self._take(g, c, homes[g], need + spare if self.empty_first else need)
+            spare -= opened - need
+            out.append(pages)
+        return out
+
+    def _take(self, g: int, num: int, home: dict[int, int], may_open: int) -> tuple[int, list[int]]:
+        """`num` small pages of group g, opening at most `may_open` free large pages before using other
+        requests' large pages of g (and more only when g has no free small page left); returns (large
+        pages opened, page ids)."""
+        n, out, opened, partial = self.pages_per_large[g], [], 0, self._partial[g]
         while len(out) < num:
-            large = next((p for p in home if p in self._partial[g]), None)
+            large = next((p for p in home if p in partial), None)
             if large is None:
-                large = self._open(g) if self.free_large else next(iter(self._partial[g]))
+                if partial and opened >= may_open:
+                    large = next(iter(partial))
+                else:
+                    large, opened = self._open(g), opened + 1
             slots = self._slots[large]
             while slots and len(out) < num:
                 out.append(large * n + heapq.heappop(slots))
                 home[large] = home.get(large, 0) + 1
                 self.free_small[g] -= 1
             if not slots:
-                del self._partial[g][large]
-        return out
+                del partial[large]
+        return opened, out
 
     def _open(self, g: int) -> int:
         """Give group g a free large page, all its small pages free."""
@@ -102,7 +128,8 @@ class LargePagePool:
             else:
                 del home[large]
             if len(slots) == n:                       # empty: back to the pool
-                del self._slots[large], self._partial[g][large]
+                del self._slots[large]
+                self._partial[g].pop(large, None)     # (absent when it held one page, now freed)
                 self.owner[large] = -1
                 self.free_small[g] -= n
                 self.large_held[g] -= 1
