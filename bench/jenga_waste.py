@@ -13,10 +13,14 @@ Models (per-layer K+V bytes per token = 2 x kv_heads x head_dim x 2 bytes, bf16)
 - gpt-oss-120b (openai/gpt-oss-120b): 36 layers alternating sliding (window 128) and full attention,
   8 KV heads x head_dim 64 -> 18 full + 18 sliding layers, 2048 B per layer per token;
 - gemma-3-27b (google/gemma-3-27b-it, text_config): 62 layers, sliding_window 1024, every 6th layer global
-  (sliding_window_pattern 6) -> 10 full + 52 sliding, 16 KV heads x head_dim 128, 8192 B per layer per token.
+  (sliding_window_pattern 6) -> 10 full + 52 sliding, 16 KV heads x head_dim 128, 8192 B per layer per token;
+- llama-4-scout (meta-llama/Llama-4-Scout-17B-16E, text_config): 48 layers, chunked local attention
+  (attention_chunk_size 8192) in 3 of every 4, 8 KV heads x head_dim 128 -> 36 chunked + 12 full, 4096 B.
 vLLM 0.33 groups layers as `_get_kv_cache_groups_uniform_page_size` (v1/core/kv_cache_planning.py): group
 size = the smallest kind's layer count (the largest if below 1.5x), each kind cut into cdiv(n, size) groups
-(layers[i::groups]), every group's page sized for `size` layers. Jenga: one group per kind, at its own size.
+(layers[i::groups]), every group's page sized for `size` layers (checked against that function in the
+oracle venv: gemma-3-27b -> sliding groups of 9, 9, 9, 9, 8, 8 layers + full 10, pages of 10 layers).
+Jenga: one group per kind, at its own page size.
 
 Run: PYTHONPATH=. .venv/bin/python bench/jenga_waste.py [--model gemma-3-27b] [--pool-gib 12] [--requests 200]
 """
@@ -34,9 +38,10 @@ from kvsim.engine.scheduler import Scheduler
 from kvsim.engine.step import Stepper
 from kvsim.trace.table import Trace
 
-MODELS = {   # per-layer bytes per token, layers per kind, sliding window (tokens)
-    "gpt-oss-120b": (2 * 8 * 64 * 2, {"full": 18, "sliding": 18}, 128),
-    "gemma-3-27b": (2 * 16 * 128 * 2, {"full": 10, "sliding": 52}, 1024),
+MODELS = {   # per-layer bytes per token, layers per kind (in vLLM's group order), window or chunk (tokens)
+    "gpt-oss-120b": (2 * 8 * 64 * 2, {"sliding": 18, "full": 18}, 128),
+    "gemma-3-27b": (2 * 16 * 128 * 2, {"sliding": 52, "full": 10}, 1024),
+    "llama-4-scout": (2 * 8 * 128 * 2, {"chunked": 36, "full": 12}, 8192),
 }
 BLOCK, BUDGET, MAX_LEN = 16, 8192, 8192
 PARTS = ("kv", "reserved", "internal", "padding", "stranded", "free", "remainder")
@@ -74,8 +79,9 @@ def vllm_groups(layers: dict[str, int]) -> tuple[int, list[tuple[str, int]]]:
     return size, groups
 
 
-def spec(kind: str, window: int) -> GroupSpec:
-    return GroupSpec("sliding", window=window) if kind == "sliding" else GroupSpec("full")
+def spec(kind: str, span: int) -> GroupSpec:
+    """The group of `kind` with its window or chunk `span`."""
+    return GroupSpec(kind, window=span if kind == "sliding" else 0, chunk=span if kind == "chunked" else 0)
 
 
 def burst(n: int, seed: int) -> Trace:
@@ -89,7 +95,7 @@ def build(name: str, scheme: str, pool: int):
     per_layer, layers, window = MODELS[name]
     kw = dict(max_model_len=MAX_LEN, max_in_flight_tokens=BUDGET, prefill_chunk_tokens=BUDGET)
     if scheme.startswith("jenga"):           # "jenga": request-aware (empty large pages first); "jenga-packed"
-        groups = [JengaGroup(spec(k, window).kind, spec(k, window).window, 0, n * BLOCK * per_layer)
+        groups = [JengaGroup(k, spec(k, window).window, spec(k, window).chunk, n * BLOCK * per_layer)
                   for k, n in layers.items()]
         alloc = Jenga(pool, BLOCK, groups, **kw, empty_first=scheme == "jenga")
         return alloc, [(alloc.layout.bytes_per_slot, 1.0)] * len(groups)
