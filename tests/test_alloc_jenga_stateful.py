@@ -43,7 +43,7 @@ class Machine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.tokens, self.computed_at, self.next_id = {}, {}, 0
+        self.tokens, self.computed_at, self.first, self.next_id = {}, {}, {}, 0
 
     def _live(self, index):
         return sorted(self.tokens)[index % len(self.tokens)]
@@ -86,6 +86,7 @@ class Machine(RuleBasedStateMachine):
             if self.twin is not None:
                 self.twin.allocate(seq, num_tokens, num_tokens + extra, hold_tokens=hold)
             self.tokens[seq], self.computed_at[seq] = hold, 0
+            self.first[seq] = (num_tokens, num_tokens + extra)
 
     def _moved(self, seq):
         """Asking to grow moved `seq`'s windows (its skipped pages are freed before counting)."""
@@ -140,7 +141,7 @@ class Machine(RuleBasedStateMachine):
         if self.twin is not None:
             self.twin.free(seq)
         assert all(a.pool.owner[p] == -1 for p in alone), "a large page held only by the freed request stays held"
-        del self.tokens[seq], self.computed_at[seq]
+        del self.tokens[seq], self.computed_at[seq], self.first[seq]
 
     @invariant()
     def agrees_with_the_model(self):
@@ -150,10 +151,15 @@ class Machine(RuleBasedStateMachine):
         a.check_invariants()
         bs = a.block_size
         for seq, tokens in self.tokens.items():
-            for spec, table in zip(a.groups, a.group_block_tables(seq)):
+            alone = 0              # large pages its pages would fill alone
+            for spec, table, n in zip(a.groups, a.group_block_tables(seq), a.layout.pages_per_large):
                 assert len(table) == (1 if spec.kind == "mamba" else -(-tokens // bs))
                 nulls = min(skipped(spec.kind, spec.window, spec.chunk, self.computed_at[seq], bs), len(table))
                 assert table[:nulls] == [NULL_BLOCK] * nulls and NULL_BLOCK not in table[nulls:]
+                alone += -(-(len(table) - nulls) // n)
+            num_tokens, final = self.first[seq]
+            assert alone * a.layout.slots_per_large <= a.peak_slots(num_tokens, max(final, tokens)), \
+                "peak_slots is not an upper bound"
         if self.twin is not None:
             for seq in self.tokens:
                 assert a.group_block_tables(seq) == self.twin.group_block_tables(seq)
