@@ -15,7 +15,14 @@ Models (per-layer K+V bytes per token = 2 x kv_heads x head_dim x 2 bytes, bf16)
 - gemma-3-27b (google/gemma-3-27b-it, text_config): 62 layers, sliding_window 1024, every 6th layer global
   (sliding_window_pattern 6) -> 10 full + 52 sliding, 16 KV heads x head_dim 128, 8192 B per layer per token;
 - llama-4-scout (meta-llama/Llama-4-Scout-17B-16E, text_config): 48 layers, chunked local attention
-  (attention_chunk_size 8192) in 3 of every 4, 8 KV heads x head_dim 128 -> 36 chunked + 12 full, 4096 B.
+  (attention_chunk_size 8192) in 3 of every 4, 8 KV heads x head_dim 128 -> 36 chunked + 12 full, 4096 B;
+- qwen3-next-80b (Qwen/Qwen3-Next-80B-A3B-Instruct): 48 layers, full attention every 4th
+  (full_attention_interval 4: 12 full, 2 KV heads x head_dim 256, 2048 B) and 36 Gated DeltaNet layers
+  whose state is conv (2 x 16 x 128 + 32 x 128 = 8192 channels x (linear_conv_kernel_dim 4 - 1)) + SSM
+  (32 value heads x 128 x 128), bf16: 1,097,728 B per layer per request. vLLM raises the attention block
+  to 16 x cdiv(state, 16 x 2048) = 544 tokens so one attention page covers a state, and pads the state
+  to that page (`Platform._align_hybrid_block_size`, vllm/platforms/interface.py); Jenga keeps block 16
+  and the state's own size. No uniform row: Mamba layers cannot be sized as full attention.
 vLLM 0.33 groups layers as `_get_kv_cache_groups_uniform_page_size` (v1/core/kv_cache_planning.py): group
 size = the smallest kind's layer count (the largest if below 1.5x), each kind cut into cdiv(n, size) groups
 (layers[i::groups]), every group's page sized for `size` layers (checked against that function in the
@@ -42,7 +49,9 @@ MODELS = {   # per-layer bytes per token, layers per kind (in vLLM's group order
     "gpt-oss-120b": (2 * 8 * 64 * 2, {"sliding": 18, "full": 18}, 128),
     "gemma-3-27b": (2 * 16 * 128 * 2, {"sliding": 52, "full": 10}, 1024),
     "llama-4-scout": (2 * 8 * 128 * 2, {"chunked": 36, "full": 12}, 8192),
+    "qwen3-next-80b": (2 * 2 * 256 * 2, {"mamba": 36, "full": 12}, 0),
 }
+MAMBA_STATE = {"qwen3-next-80b": 8192 * 3 * 2 + 32 * 128 * 128 * 2}   # bytes per linear-attention layer
 BLOCK, BUDGET, MAX_LEN = 16, 8192, 8192
 PARTS = ("kv", "reserved", "internal", "padding", "stranded", "free", "remainder")
 
@@ -93,18 +102,21 @@ def burst(n: int, seed: int) -> Trace:
 def build(name: str, scheme: str, pool: int):
     """(allocator, per-group (bytes per slot, useful share of a slot)) for one scheme."""
     per_layer, layers, window = MODELS[name]
+    state = MAMBA_STATE.get(name, 0)
     kw = dict(max_model_len=MAX_LEN, max_in_flight_tokens=BUDGET, prefill_chunk_tokens=BUDGET)
     if scheme.startswith("jenga"):           # "jenga": request-aware (empty large pages first); "jenga-packed"
-        groups = [JengaGroup(k, spec(k, window).window, spec(k, window).chunk, n * BLOCK * per_layer)
-                  for k, n in layers.items()]
+        groups = [JengaGroup(k, spec(k, window).window, spec(k, window).chunk,
+                             n * (state if k == "mamba" else BLOCK * per_layer)) for k, n in layers.items()]
         alloc = Jenga(pool, BLOCK, groups, **kw, empty_first=scheme == "jenga")
         return alloc, [(alloc.layout.bytes_per_slot, 1.0)] * len(groups)
     if scheme == "uniform":                           # every layer as full attention, one group
         size, groups = sum(layers.values()), [("full", sum(layers.values()))]
     else:
         size, groups = vllm_groups(layers)
-    alloc = Hybrid(pool // (size * BLOCK * per_layer), BLOCK, [spec(k, window) for k, _ in groups], **kw)
-    return alloc, [(size * per_layer, n / size) for _, n in groups]
+    block = BLOCK * -(-state // (BLOCK * per_layer)) if state else BLOCK    # vLLM's aligned block
+    alloc = Hybrid(pool // (size * block * per_layer), block, [spec(k, window) for k, _ in groups], **kw)
+    page = block * per_layer                          # per layer; a state is padded to it
+    return alloc, [(size * per_layer, n / size * (state / page if k == "mamba" else 1)) for k, n in groups]
 
 
 def measure(name: str, scheme: str, pool: int, trace: Trace) -> dict:
@@ -151,7 +163,7 @@ def main() -> None:
     print(f"{args.model}: pool {args.pool_gib} GiB, {args.requests} requests (seed {args.seed}); "
           f"vLLM groups {vllm_groups(MODELS[args.model][1])}")
     print(f"{'scheme':12s} " + " ".join(f"{k:>9s}" for k in PARTS) + "  wasted  steps  batch  preempt")
-    for scheme in ("uniform", "hybrid", "jenga", "jenga-packed"):
+    for scheme in ("uniform", "hybrid", "jenga", "jenga-packed")[1 if args.model in MAMBA_STATE else 0:]:
         r = measure(args.model, scheme, pool, trace)
         wasted = r["internal"] + r["padding"] + r["stranded"]
         print(f"{scheme:12s} " + " ".join(f"{r[k]:9.4f}" for k in PARTS)
