@@ -12,7 +12,7 @@ import pytest
 
 from kvsim.alloc import AllocationError, make_allocator
 from kvsim.alloc.hybrid import NULL_BLOCK as NULL
-from kvsim.alloc.jenga import JengaAllocator, JengaGroup, plan_pool
+from kvsim.alloc.jenga import JengaAllocator, JengaGroup, groups_from_layers, plan_pool
 
 A, B = JengaGroup("full", page_bytes=2), JengaGroup("full", page_bytes=3)
 
@@ -177,3 +177,17 @@ def test_empty_large_pages_first_trades_stranded_pages_for_whole_frees(empty_fir
     # request-aware: request 0's large pages 0 and 1 empty whole; packed: large 0 still holds request 1's
     # page (it started with one more large page free: 4 are free either way)
     assert (before, a.num_free_large) == ((2, 4) if empty_first else (3, 4))
+
+
+def test_groups_from_layers_sum_the_pages_of_layers_of_one_kind_and_span():
+    # gemma-3-27b-like: 5 sliding (window 1024) per full layer, 8192 B per layer per token, block 16;
+    # a Mamba layer's state counts once per request, not per token
+    layers = [("sliding", 1024, 8192)] * 5 + [("full", 0, 8192)] + [("sliding", 1024, 8192)] * 5 + [("full", 0, 8192)]
+    assert groups_from_layers(layers, 16) == [JengaGroup("sliding", window=1024, page_bytes=10 * 16 * 8192),
+                                              JengaGroup("full", page_bytes=2 * 16 * 8192)]
+    mixed = [("mamba", 0, 1000), ("full", 0, 64), ("mamba", 0, 1000), ("chunked", 8, 64), ("sliding", 4, 64)]
+    assert groups_from_layers(mixed, 2) == [JengaGroup("mamba", page_bytes=2000), JengaGroup("full", page_bytes=128),
+                                            JengaGroup("chunked", chunk=8, page_bytes=128),
+                                            JengaGroup("sliding", window=4, page_bytes=128)]
+    with pytest.raises(ValueError, match="a full layer needs bytes >= 1"):
+        groups_from_layers([("full", 0, 0)], 16)

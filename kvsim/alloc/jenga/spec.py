@@ -77,6 +77,22 @@ class PoolLayout:
         return self.unit_bytes / self.block_size
 
 
+def groups_from_layers(layers: Sequence[tuple[str, int, int]], block_size: int) -> list[JengaGroup]:
+    """Jenga's groups for a model given layer by layer as (kind, window or chunk in tokens (0 for full and
+    mamba), bytes): bytes are K+V bytes per token of the layer on one GPU for attention kinds (MLA: the
+    latent's), the whole state per request for mamba. Layers of the same kind and span share one block
+    table, so they make one group whose page is the sum of theirs (block_size tokens each for attention);
+    groups in order of first appearance."""
+    pages: dict[tuple[str, int], int] = {}
+    for kind, span, nbytes in layers:
+        if not isinstance(nbytes, int) or nbytes < 1:
+            raise ValueError(f"a {kind} layer needs bytes >= 1 (per token, or per request for mamba), got {nbytes!r}")
+        key = (kind, span)
+        pages[key] = pages.get(key, 0) + (nbytes if kind == "mamba" else nbytes * block_size)
+    return [JengaGroup(kind, span if kind == "sliding" else 0, span if kind == "chunked" else 0, page)
+            for (kind, span), page in pages.items()]
+
+
 def plan_pool(pool_bytes: int, block_size: int, groups: Sequence[JengaGroup]) -> PoolLayout:
     """The layout of a `pool_bytes` pool for `groups` with `block_size` tokens per attention page;
     ValueError when not one large page fits (the LCM of the page sizes is larger than the pool)."""
