@@ -6,8 +6,9 @@ GPU's pool of --pool-gib GiB, block 16, chunked prefill with an 8192-token budge
 Every step the pool's bytes are split into: live tokens' KV, reserved (will be written), internal
 fragmentation (held, never written), padding (hybrid: page bytes of the layers a padded group lacks),
 stranded (Jenga: free small pages inside another group's large pages), free, and the pool's remainder
-past the last whole page (Jenga twice: request-aware placement, and packed: `empty_first=False`); printed as means over the steps while requests wait (fractions of the pool),
-with all steps to drain the burst, the mean batch over them and the preemptions.
+past the last whole page (Jenga twice: request-aware placement, and packed: `empty_first=False`); printed
+as means over the steps while requests wait (fractions of the pool), with all steps to drain the burst,
+the mean batch over them and the preemptions. "wasted" = internal + padding + stranded.
 
 Models (per-layer K+V bytes per token = 2 x kv_heads x head_dim x 2 bytes, bf16), from config.json:
 - gpt-oss-120b (openai/gpt-oss-120b): 36 layers alternating sliding (window 128) and full attention,
@@ -30,6 +31,7 @@ oracle venv: gemma-3-27b -> sliding groups of 9, 9, 9, 9, 8, 8 layers + full 10,
 Jenga: one group per kind, at its own page size.
 
 Run: PYTHONPATH=. .venv/bin/python bench/jenga_waste.py [--model gemma-3-27b] [--pool-gib 12] [--requests 200]
+(models: gpt-oss-120b, gemma-3-27b, llama-4-scout, qwen3-next-80b; about 1-6 s each on one core)
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ def measure(name: str, scheme: str, pool: int, trace: Trace) -> dict:
                                                     chunked_prefill=True), max_seq_len=MAX_LEN)
     for i in range(len(trace)):
         sched.add(i, 0.0)
-    stepper, now, sums, steps, batch, full = Stepper(sched, ConstantCost(1.0)), 0.0, dict.fromkeys(PARTS, 0.0), 0, 0, 0
+    stepper, now, sums = Stepper(sched, ConstantCost(1.0)), 0.0, dict.fromkeys(PARTS, 0.0)
+    steps = batch = full = 0
     while (plan := stepper.step(now)) is not None:
         now, steps, batch = plan.end_s, steps + 1, batch + plan.batch_requests
         if not plan.waiting[0]:

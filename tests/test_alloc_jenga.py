@@ -34,7 +34,8 @@ def test_layout_of_pages_of_2_and_3_bytes():
     # a large page is 6 bytes = 6 units x block 2 = 12 slots of half a byte
     assert (lay.slots_per_large, lay.capacity_tokens, lay.bytes_per_slot) == (12, 72, 0.5)
     mamba = plan_pool(100_000, 16, [JengaGroup("full", page_bytes=4096), JengaGroup("mamba", page_bytes=6144)])
-    assert (mamba.unit_bytes, mamba.large_page_bytes, mamba.pages_per_large, mamba.num_large) == (2048, 12288, (3, 2), 8)
+    assert (mamba.unit_bytes, mamba.large_page_bytes, mamba.pages_per_large, mamba.num_large) == \
+        (2048, 12288, (3, 2), 8)
 
 
 def test_small_pages_go_to_the_requests_own_large_pages():

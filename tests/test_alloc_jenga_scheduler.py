@@ -47,14 +47,16 @@ def make_jenga(groups, pool_bytes, chunked=False, budget=8, **kw):
 
 def burst(seed, n=40):
     rng = random.Random(seed)
-    return Trace.from_arrays([0.0] * n, [rng.randint(1, 12) for _ in range(n)], [rng.randint(1, 20) for _ in range(n)])
+    return Trace.from_arrays([0.0] * n, [rng.randint(1, 12) for _ in range(n)],
+                             [rng.randint(1, 20) for _ in range(n)])
 
 
 def summary(plans):
     return [(p.memory[0].used_blocks, p.preempted, p.finished, p.prefills) for p in plans]
 
 
-@pytest.mark.parametrize("kinds", [["full", "swa4"], ["full", "chunk4"], ["full", "mamba"], ["swa4", "full", "mamba", "chunk4"]])
+@pytest.mark.parametrize("kinds", [["full", "swa4"], ["full", "chunk4"], ["full", "mamba"],
+                                   ["swa4", "full", "mamba", "chunk4"]])
 @pytest.mark.parametrize("chunked", [False, True])
 def test_at_one_page_size_it_runs_as_the_hybrid_manager(kinds, chunked):
     num_blocks, page, budget = 15 * len(kinds), 6, 8 if chunked else 16
@@ -85,7 +87,8 @@ def test_natural_page_sizes_fit_more_requests_in_the_same_bytes_by_hand():
     assert [(p.memory[0].used_blocks, p.finished) for p in padded] == [(4, [0]), (4, [1]), (4, [2])]
 
 
-@pytest.mark.parametrize("mix", [[("full", 3), ("swa4", 2)], [("full", 4), ("chunk4", 6)], [("full", 4), ("mamba", 6)],
+@pytest.mark.parametrize("mix", [[("full", 3), ("swa4", 2)], [("full", 4), ("chunk4", 6)],
+                                 [("full", 4), ("mamba", 6)],
                                  [("swa4", 2), ("full", 3), ("mamba", 10), ("chunk4", 5)]])
 @pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("empty_first", [True, False])

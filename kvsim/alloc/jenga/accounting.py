@@ -109,7 +109,8 @@ class JengaAccounting:
                 assert z <= max(rules.skipped_entries(seq.tokens), 0), f"seq {seq_id} group {g}: too many nulls"
                 for b in table[z:]:
                     large, index = divmod(b, n)
-                    assert b >= 0 and pool.owner[large] == g, f"seq {seq_id} group {g}: page {b} not in its large pages"
+                    assert b >= 0 and pool.owner[large] == g, \
+                        f"seq {seq_id} group {g}: page {b} not in the group's large pages"
                     assert index not in pool.free_slots(large), f"page {b} of group {g} is held and free"
                     assert (g, b) not in owner, f"page {b} of group {g} held by {owner[(g, b)]} and by {seq_id}"
                     owner[(g, b)] = seq_id

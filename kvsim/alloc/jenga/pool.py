@@ -10,10 +10,10 @@ pages): a request's small page of group g comes, in this order, from
      enough stay free for the other groups' pages of the same allocation;
   3. any large page of g with a free small page (the one that has had one free longest);
   4. a free large page (the group has no free small page left).
-So a request is refused only when its pages truly do not fit (`fits`); with `empty_first` False step 2
-is skipped: a group opens only the large pages it must (packing other requests' partly used ones). The paper states the
-preference (1); the order of the others is this module's reading. Within a large page the lowest free
-small page is taken.
+So a request is refused only when its pages truly do not fit (`fits`). With `empty_first` False a group
+opens only the large pages it must (filling those first), then packs other requests' partly used ones.
+The paper states the preference (1); the order of the others is this module's reading. Within a large
+page the lowest free small page is taken.
 
 Page ids. A small page of group g is numbered as group g sees the pool, an array of its own pages:
 id = large page x pages_per_large[g] + index within the large page (its byte offset / page_bytes[g]).
@@ -53,12 +53,7 @@ class LargePagePool:
     def fits(self, counts: Sequence[int]) -> bool:
         """Whether `counts[g]` more small pages of every group g can be taken at once (free small pages of
         the group first, then whole free large pages)."""
-        need = 0
-        for g, c in enumerate(counts):
-            more = c - self.free_small[g]
-            if more > 0:
-                need += -(-more // self.pages_per_large[g])
-        return need <= self.free_large
+        return sum(self._required(g, c) for g, c in enumerate(counts)) <= self.free_large
 
     def _required(self, g: int, count: int) -> int:
         """Free large pages group g must open to take `count` small pages (its free ones first)."""

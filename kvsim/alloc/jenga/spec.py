@@ -34,7 +34,8 @@ class JengaGroup:
     def __post_init__(self) -> None:
         GroupSpec(self.kind, self.window, self.chunk)        # the same kind / window / chunk checks
         if not isinstance(self.page_bytes, int) or self.page_bytes < 1:
-            raise ValueError(f"a {self.kind} group needs page_bytes >= 1 (bytes of one page), got {self.page_bytes!r}")
+            raise ValueError(f"a {self.kind} group needs page_bytes >= 1 (bytes of one page), "
+                             f"got {self.page_bytes!r}")
 
     @property
     def spec(self) -> GroupSpec:
