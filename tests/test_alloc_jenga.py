@@ -134,11 +134,13 @@ def test_a_mamba_state_page_and_attention_pages_of_other_sizes():
     a.check_invariants()
 
 
-def test_admission_caps_a_sliding_group_as_the_hybrid_manager_does():
+def test_admission_caps_a_sliding_group_and_checks_the_first_chunk_as_the_hybrid_manager_does():
     # window 2, in flight 2, block 1: cap = cdiv(min(2 - 1 + 2, 64), 1) + 1 = 4 pages however long the prompt
     a = make([JengaGroup("sliding", window=2, page_bytes=2)], 8, in_flight=2, chunk=2)   # 4 large pages of 1 page
-    assert a.can_allocate(30, 30)              # the capped 4 pages fit, and so do the first 2 tokens'
-    assert not make([JengaGroup("sliding", window=2, page_bytes=2)], 2, in_flight=2, chunk=2).can_allocate(30, 30)
+    assert a.can_allocate(30, 30)              # the capped 4 pages fit (a full group would count 30)
+    assert a.can_hold(4, 30) and not a.can_hold(5, 30)     # this step's first 4 tokens fit, 5 do not
+    assert not make([JengaGroup("sliding", window=2, page_bytes=2)], 2, in_flight=2).can_allocate(30, 30)
+    assert not make([JengaGroup("full", page_bytes=2)], 58, in_flight=2).can_allocate(30, 30)   # 29 pages
 
 
 def test_bad_input_and_registration():

@@ -74,14 +74,13 @@ class Machine(RuleBasedStateMachine):
         seq, a, bs = self.next_id, self.alloc, self.alloc.block_size
         self.next_id += 1
         hold = min(hold, num_tokens)
-        ok = a.can_allocate(num_tokens, num_tokens + extra)
+        ok = a.can_allocate(num_tokens, num_tokens + extra) and a.can_hold(hold, num_tokens)
         if self.twin is not None:
-            assert self.twin.can_allocate(num_tokens, num_tokens + extra) == ok
-        first = [1 if g.kind == "mamba" else -(-min(num_tokens, IN_FLIGHT) // bs) for g in a.groups]
-        if not self._fits(first):
-            assert not ok, "admitted although its first allocation does not fit"
+            assert (self.twin.can_allocate(num_tokens, num_tokens + extra)
+                    and self.twin.can_hold(hold, num_tokens)) == ok
+        first = [1 if g.kind == "mamba" else -(-hold // bs) for g in a.groups]
+        assert a.can_hold(hold, num_tokens) == self._fits(first), "can_hold disagrees with the recount"
         if ok:
-            assert self._fits([1 if g.kind == "mamba" else -(-hold // bs) for g in a.groups])
             a.allocate(seq, num_tokens, num_tokens + extra, hold_tokens=hold)
             if self.twin is not None:
                 self.twin.allocate(seq, num_tokens, num_tokens + extra, hold_tokens=hold)

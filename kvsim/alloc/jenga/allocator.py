@@ -5,8 +5,8 @@ What a sequence holds in each group follows the same per-kind rules as vLLM's hy
 taken from the hybrid package (`kvsim.alloc.hybrid.groups.make_rules`): `entries_for(tokens)` table
 entries, the leading `skipped_entries(computed)` ones nulled and freed as a window or chunk moves on
 (before a growth is counted, as vLLM's `allocate_slots` does), one state page per sequence for Mamba,
-and the same admission gate (the whole sequence, each recycling group capped per request, and its
-first allocation must fit). Only where the pages come from differs: small pages of the group's own
+and the same admission gates (`can_allocate`: the whole sequence, each recycling group capped per
+request; `can_hold`: this step's first chunk). Only where the pages come from differs: small pages of the group's own
 size, placed request-aware inside large pages (pool.py), so the gate asks whether the counts fit the
 two-level pool (a group's free small pages, then whole free large pages).
 
@@ -119,11 +119,16 @@ class JengaAllocator(JengaAccounting):
     # ---- allocate / grow / free ----------------------------------------------------------------
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
                      seq_id: int | None = None) -> bool:
-        """The hybrid manager's admission gate counted in the two-level pool: the whole sequence's pages
-        (recycling groups capped per request) must fit, and so must its first allocation's."""
-        first, pool = self._first(num_tokens), self.pool
-        return (pool.fits([r.admission_blocks(num_tokens) for r in self.rules])
-                and pool.fits([r.entries_for(first) for r in self.rules]))
+        """The hybrid manager's admission gate (vLLM's `full_sequence_must_fit`) counted in the two-level
+        pool: the whole sequence's pages, recycling groups capped per request, must fit. The pages of this
+        step's first chunk must fit too: `can_hold`."""
+        return self.pool.fits([r.admission_blocks(num_tokens) for r in self.rules])
+
+    def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
+                 seq_id: int | None = None) -> bool:
+        """Whether `allocate(seq_id, num_tokens, ..., hold_tokens=hold_tokens)` fits now (the scheduler
+        asks it after `can_allocate`, as for the hybrid allocator)."""
+        return self.pool.fits([r.entries_for(hold_tokens) for r in self.rules])
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
                  block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
