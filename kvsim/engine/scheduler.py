@@ -106,10 +106,13 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
     def steady_decodes(self) -> tuple[list[int], int, int] | None:
         """When every running request is decoding under continuous batching and nothing is swapped
         out: (decoding sequence ids in `_grow_running` order, steps that can run at once before a
-        request's last token or the free memory runs out, context tokens held now); else None. The
+        request's last token or the free memory runs out, context tokens held now); else None (also while
+        a request waits and the allocator frees blocks as decoding goes on: sliding windows). The
         stepper may then run up to that many steps at once (`advance`)."""
         if self.swapped or not self.running or self.beams_running():
             return None
+        if self.waiting and getattr(self.alloc, "frees_while_decoding", False):
+            return None     # a window assumes a refused head stays refused: memory must not grow back
         if self._lazy:
             return self._steady_lazy()
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
@@ -193,6 +196,7 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         prefix-cache hits, as vLLM's full-sequence admission check; with chunked prefill a
         single-sequence request takes only its first chunk's blocks now."""
         alloc, cfg = self.alloc, self.cfg
+        can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
         plan.limited_by = _BUDGET           # what stops admission while requests wait
         if self._lazy:
             return self._admit_lazy(plan, budget, now, _SEQS, _KV)
@@ -215,6 +219,9 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
             if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
             hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
+            if can_hold is not None and not can_hold(min(hold, base), base, ids, seqs[0]):
+                plan.limited_by = _KV       # (hybrid: the first chunk's blocks, hits counted, must fit too)
+                break
             cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
             if len(seqs) > 1 and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
                 plan.limited_by = _KV

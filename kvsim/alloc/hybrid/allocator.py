@@ -1,0 +1,292 @@
+"""vLLM 0.33's hybrid KV cache manager as a kvsim allocator: KV cache groups of different layer kinds
+(full, sliding window, chunked local, Mamba) drawing blocks from ONE shared pool, one block table per
+group per sequence (`vllm/v1/core/kv_cache_coordinator.py` over `single_type_kv_cache_manager.py`).
+
+Units: `num_blocks` blocks of `block_size` token slots shared by every group (the caller sizes the
+pool: vLLM's page size is the same for all groups); lengths in tokens. A token of a sequence takes one
+slot in each attention group's blocks, so `capacity_tokens` (blocks x block_size) counts slots, not
+tokens of context.
+
+Each step, as vLLM's `KVCacheManager.allocate_slots` does for a sequence that has `C` tokens computed
+and grows by `n`: first every group nulls and frees its leading entries no later token reads
+(`skipped_entries(C)`; the freed blocks of a group go back newest first), then each group takes blocks
+until its table has `entries_for(C + n)` entries (null ones count). A table is append-only; its skipped
+head holds `NULL_BLOCK` entries (vLLM's null block) that hold no pool block.
+
+The free queue is vLLM 0.33's (`BlockPool.free_blocks`: uncached blocks are prepended, last in first
+out; cached ones appended, kvsim/alloc/hybrid/prefix.py): released uncached blocks `_free`, then the never
+used ids `_top`.., then the evictable cached blocks (least recently freed first), so block ids equal
+vLLM's minus one (its block 0 is the null block).
+
+Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, never used: id
+>= `_top`, or evictable) or held; without prefix caching a held block is in exactly one (sequence, group)
+entry, with it in as many entries of one group as its reference count (hits share full blocks); the
+nulls of a table are a prefix; a table has `entries_for(tokens)` entries; the counters `_sum_tokens`,
+`_held`, `_nulls`, `_reach`, `_dup` equal their sums over live sequences. Refused with ValueError: more
+than one sequence per request (forks: parallel samples, beams), prefix caching with a Mamba group.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..base import AllocationError
+from ..prefix import PrefixCache
+from .accounting import HybridAccounting
+from .groups import NULL_BLOCK, GroupSpec, make_rules
+from .prefix import HybridPrefix
+from .windows import HybridWindows
+
+
+@dataclass(slots=True)
+class _Seq:
+    """A live sequence: one table per group, its written tokens and peak tokens (>= tokens); `event`:
+    the computed tokens from which its next one-token growth frees or takes a block (`_set_event`)."""
+
+    tables: list[list[int]]
+    nulls: list[int]          # per group: leading NULL_BLOCK entries
+    tokens: int
+    final: int
+    event: int = 0
+    hashes: list[int] = None  # prefix caching: hashes of its full blocks so far (shareable, then own)
+    salt: int = 0             # its id: the key of its own blocks' hashes
+    cached: list[int] = None  # per group: leading entries registered in the prefix cache
+
+
+class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
+    """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
+
+    `groups`: the KV cache groups in vLLM's group order. `max_model_len` and `max_in_flight_tokens`
+    (vLLM's `VllmConfig.max_in_flight_tokens`: concurrent batches x max_num_batched_tokens) set the
+    per-request admission cap of sliding and chunked groups. `prefill_chunk_tokens`: the most tokens a
+    sequence's first allocation takes (max_num_batched_tokens with chunked prefill; None: a whole
+    prompt at once), which bounds `peak_slots`. `prefix_caching`: vLLM's automatic prefix caching
+    across groups (kvsim/alloc/hybrid/prefix.py)."""
+
+    def __init__(self, num_blocks: int, block_size: int, groups: Sequence[GroupSpec], max_model_len: int,
+                 max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
+                 prefix_caching: bool = False) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks} and {block_size}")
+        if not groups or not all(isinstance(g, GroupSpec) for g in groups):
+            raise ValueError("groups must be a non-empty sequence of GroupSpec")
+        if max_model_len < 1 or max_in_flight_tokens < 1:
+            raise ValueError(f"max_model_len and max_in_flight_tokens must be >= 1, "
+                             f"got {max_model_len} and {max_in_flight_tokens}")
+        if prefix_caching and any(g.kind == "mamba" for g in groups):
+            raise ValueError("prefix caching with a Mamba group is not modelled (vLLM needs its 'align' "
+                             "Mamba cache mode for it); run without prefix caching")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.capacity_tokens = num_blocks * block_size
+        self.groups = tuple(groups)
+        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens) for g in groups]
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        # decode steps free blocks (a sliding or chunked group): a waiting request may fit after any
+        # step, so the scheduler runs no fast-forward window while one waits (Scheduler.steady_decodes)
+        self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
+        self._top = 0                        # blocks [0, _top) have been used; the rest never were
+        self._free: deque[int] = deque()     # released blocks below _top: the free queue's front
+        self._seqs: dict[int, _Seq] = {}
+        self._sum_tokens = 0                 # tokens written, over sequences
+        ng = len(self.groups)
+        self._held = [0] * ng                # per group: pool blocks held
+        self._nulls = [0] * ng               # per group: NULL_BLOCK entries
+        self._reach = [0] * ng               # per group: sum of min(final, entries x block_size)
+        self._dup = [0] * ng                 # per group: sum over held blocks of (holders - 1)
+        self._cache = PrefixCache() if prefix_caching else None   # keys: (hash, group)
+        self._ref: dict[int, int] = {}       # prefix caching: held block -> holders
+        self._chained: tuple[object, list[int]] = ((), [])        # last content ids -> chained hashes
+        self._spec_groups_cached = self._spec_groups()
+
+    # ---- queries -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Pool blocks free now (evictable cached ones included)."""
+        free = self.num_blocks - self._top + len(self._free)
+        return free if self._cache is None else free + self._cache.num_evictable
+
+    def _seq(self, seq_id: int) -> _Seq:
+        try:
+            return self._seqs[seq_id]
+        except KeyError:
+            raise AllocationError(f"unknown sequence id {seq_id}") from None
+
+    def _need(self, seq: _Seq, num_tokens: int) -> int:
+        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
+        need, new = 0, seq.tokens + num_tokens
+        for rules, table in zip(self.rules, seq.tables):
+            more = rules.entries_for(new) - len(table)
+            if more > 0:
+                need += more
+        return need
+
+    def _drop_skipped(self, seq: _Seq) -> None:
+        """Null and free the leading entries of `seq`'s tables that no later token reads (vLLM's
+        `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
+        freed blocks, newest first, go to the front of the free queue."""
+        computed = seq.tokens
+        for g, rules in enumerate(self.rules):
+            skip = rules.skipped_entries(computed)
+            z = seq.nulls[g]
+            if skip > z:
+                table = seq.tables[g]
+                skip = min(skip, len(table))
+                dropped = table[z:skip]
+                table[z:skip] = [NULL_BLOCK] * len(dropped)
+                if self._cache is None:
+                    self._free.extendleft(dropped)   # (so the front reads dropped[-1], ..., dropped[0])
+                else:
+                    self._release(g, dropped[::-1])
+                self._held[g] -= len(dropped)
+                self._nulls[g] += len(dropped)
+                seq.nulls[g] = skip
+        # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
+
+    # ---- allocate / grow / free ----------------------------------------------------------------
+    def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
+                     seq_id: int | None = None) -> bool:
+        """vLLM's admission gate (`full_sequence_must_fit`): the blocks of the whole sequence, each
+        recycling group capped per request, less its prefix-cache hits, plus the evictable hit blocks,
+        must be free. The blocks of this step's first chunk must fit too: `can_hold`."""
+        if self._cache is None:
+            return sum(r.admission_blocks(num_tokens) for r in self.rules) <= self.num_free_blocks
+        hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
+        return self._blocks_to_allocate(num_tokens, hit, tables, True) <= self.num_free_blocks
+
+    def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
+                 seq_id: int | None = None) -> bool:
+        """Whether `allocate(seq_id, num_tokens, ..., block_hashes, hold_tokens)` fits now (vLLM's
+        per-step check of `allocate_slots`: the blocks of the tokens this step computes, hits counted).
+        The scheduler asks it after `can_allocate` (kvsim/engine/scheduler.py `_admit`)."""
+        if self._cache is None:
+            return sum(r.entries_for(hold_tokens) for r in self.rules) <= self.num_free_blocks
+        hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
+        return self._blocks_to_allocate(max(hold_tokens, hit), hit, tables, False) <= self.num_free_blocks
+
+    def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
+                 block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
+        """Give new `seq_id` its prefix-cache hits and the blocks of `hold_tokens` (default
+        `num_tokens`; at least the hits) tokens in every group (nothing skipped but the hits' head);
+        the rest come by `append`. Returns the tokens the prefix cache served."""
+        if seq_id in self._seqs:
+            raise AllocationError(f"sequence id {seq_id} is already allocated")
+        hit, hits = (0, None) if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)
+        hold = max(num_tokens if hold_tokens is None else hold_tokens, hit)
+        if not 1 <= hold <= num_tokens:
+            raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+        ng = len(self.rules)
+        need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False)
+        if need > self.num_free_blocks:
+            raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
+        final, bs = max(final_tokens, num_tokens), self.block_size
+        seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final)
+        if hits is not None:
+            seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
+            self._adopt_hits(seq, hit, hits)
+        for g, rules in enumerate(self.rules):
+            table = seq.tables[g]
+            more = rules.entries_for(hold) - len(table)
+            if more > 0:
+                table.extend(self._take(more))
+                self._held[g] += more
+            self._reach[g] += min(final, len(table) * bs)
+        self._sum_tokens += hold
+        if hits is not None:
+            self._register(seq)
+        self._set_event(seq)
+        return hit
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Whether `seq_id` can grow by `num_tokens` now. As in vLLM's `allocate_slots`, asking first
+        frees the blocks that left its windows (never read again), so they count as free."""
+        seq = self._seq(seq_id)
+        self._drop_skipped(seq)
+        return self._need(seq, num_tokens) <= self.num_free_blocks
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
+        """Grow `seq_id` by `num_tokens` (it must fit): free what left the windows, then take blocks.
+        Returns [] (nothing is shared, so nothing is copied)."""
+        seq = self._seq(seq_id)
+        if num_tokens < 1:
+            raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        self._drop_skipped(seq)
+        need = self._need(seq, num_tokens)
+        if need > self.num_free_blocks:
+            raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
+        self._grow(seq, num_tokens)
+        return []
+
+    def append_each(self, seq_ids: Sequence[int], start: int = 0,
+                    copies: list[tuple[int, int]] | None = None) -> int:
+        """One token for each of `seq_ids[start:]` in order, stopping before the first that cannot
+        grow (its window's blocks freed all the same, see `can_append`); returns how many grew
+        (`copies` stays untouched: nothing is shared). A sequence before its `event` only counts."""
+        seqs, quick = self._seqs, 0
+        for k in range(start, len(seq_ids)):
+            seq = seqs.get(seq_ids[k]) or self._seq(seq_ids[k])
+            tokens = seq.tokens
+            if tokens < seq.event and tokens < seq.final:    # no block moves, no new reach
+                seq.tokens = tokens + 1
+                quick += 1
+                continue
+            self._drop_skipped(seq)
+            if self._need(seq, 1) > self.num_free_blocks:
+                self._sum_tokens += quick
+                return k - start
+            self._grow(seq, 1)
+        self._sum_tokens += quick
+        return len(seq_ids) - start
+
+    def _grow(self, seq: _Seq, num_tokens: int) -> None:
+        """Take the blocks of `num_tokens` more tokens in every group (after `_drop_skipped`)."""
+        bs, new = self.block_size, seq.tokens + num_tokens
+        final = max(seq.final, new)
+        for g, rules in enumerate(self.rules):
+            table = seq.tables[g]
+            entries = len(table)
+            more = rules.entries_for(new) - entries
+            if more > 0:
+                table.extend(self._take(more))
+                self._held[g] += more
+            if more > 0 or final != seq.final:
+                self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
+        seq.tokens, seq.final = new, final
+        self._sum_tokens += num_tokens
+        if self._cache is not None:
+            self._register(seq)
+        self._set_event(seq)
+
+    def free(self, seq_id: int) -> None:
+        """Release all of `seq_id`'s blocks, group by group, each table's last block to the front of the
+        free queue first (vLLM 0.33 reuses uncached blocks last in, first out)."""
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            raise AllocationError(f"unknown sequence id {seq_id}")
+        bs = self.block_size
+        for g, table in enumerate(seq.tables):
+            held = table[seq.nulls[g]:]
+            if self._cache is None:
+                self._free.extendleft(held)
+            else:
+                self._release(g, held[::-1])
+            self._held[g] -= len(held)
+            self._nulls[g] -= seq.nulls[g]
+            self._reach[g] -= min(seq.final, len(table) * bs)
+        self._sum_tokens -= seq.tokens
+
+    def _take(self, num: int) -> list[int]:
+        """`num` free blocks from the front of vLLM's free queue: released blocks (last released
+        first), then never used ones in increasing order."""
+        free = self._free
+        reused = min(num, len(free))
+        blocks = [free.popleft() for _ in range(reused)]
+        fresh = min(num - reused, self.num_blocks - self._top)
+        blocks.extend(range(self._top, self._top + fresh))
+        self._top += fresh
+        if self._cache is not None:       # then the evictable cached blocks, least recently freed first
+            blocks.extend(self._cache.evict_lru() for _ in range(num - len(blocks)))
+            for b in blocks:
+                self._ref[b] = 1
+        return blocks

@@ -1,0 +1,154 @@
+"""Prefix caching across KV cache groups for the hybrid allocator (vLLM 0.33's `HybridKVCacheCoordinator`
+over its single-type managers), a mixin of `HybridAllocator` (kvsim/alloc/hybrid/allocator.py).
+
+Every full block a sequence holds is cached in its group under (chained hash, group): vLLM keys its
+cache by `BlockHashWithGroupId`, and with one block size for all groups and no retention interval it
+caches every full block (`reachable_block_mask` is None). A hit is the longest prefix every group can
+serve (`find_hits`): groups of equal spec are looked up together, full attention first, and each kind
+(`rules.find_hit`) shortens the candidate until all agree (one pass for one full + one other group);
+a sliding window needs only its last cdiv(window - 1, block_size) blocks, a chunked group only the
+current chunk's. Hashes: the trace's chained content ids for shareable prompt blocks, then blocks keyed
+by the sequence id (kvsim/alloc/prefix.py `unique_hashes`), as the paged allocator does.
+Freed cached blocks stay cached at the end of the free queue (evicted least recently freed first);
+uncached ones go to its front (vLLM 0.33's `BlockPool.free_blocks`). Mamba groups are refused with
+prefix caching (vLLM needs its "align" Mamba cache mode for that).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..prefix import chain_hashes, unique_hashes
+from .groups import NULL_BLOCK
+
+
+class HybridPrefix:
+    """`cached_tokens` and the hit / registration helpers of `HybridAllocator` (`_cache` not None)."""
+
+    def _spec_groups(self) -> list[list[int]]:
+        """Group indices by equal spec, full attention first (vLLM's `verify_and_split_kv_cache_groups`)."""
+        members: dict = {}
+        for g, spec in enumerate(self.groups):
+            members.setdefault(spec, []).append(g)
+        return sorted(members.values(), key=lambda ids: self.groups[ids[0]].kind != "full")
+
+    def _hashes(self, block_hashes: Sequence[int], salt: int | None, num: int) -> list[int]:
+        """Hashes of a sequence's first `num` full blocks (fewer without a salt: its own blocks unknown)."""
+        if block_hashes is not self._chained[0]:
+            self._chained = (block_hashes, chain_hashes(block_hashes) if len(block_hashes) else [])
+        hashes = self._chained[1][:num]
+        if salt is not None and len(hashes) < num:
+            hashes = hashes + unique_hashes(salt, len(hashes), num)
+        return hashes
+
+    def find_hits(self, num_tokens: int, block_hashes: Sequence[int] = (),
+                  seq_id: int | None = None) -> tuple[int, list[list[int]]]:
+        """(hit tokens, per group the hit table: cached blocks, NULL_BLOCK where no block is needed) for
+        a new sequence of `num_tokens`, at most num_tokens - 1 of them (the last is always computed)."""
+        bs, cache = self.block_size, self._cache
+        hashes = self._hashes(block_hashes, seq_id, (num_tokens - 1) // bs)
+
+        def lookup_in(members):
+            def lookup(k):
+                if k >= len(hashes):
+                    return None
+                found = []
+                for g in members:
+                    block = cache.lookup(((hashes[k], g),), 1)
+                    if not block:
+                        return None
+                    found.append(block[0])
+                return found
+            return lookup
+        spec_groups = self._spec_groups_cached
+        simple = len(spec_groups) == 2 and self.groups[spec_groups[0][0]].kind == "full"
+        hit, results = num_tokens - 1, {}
+        while True:
+            curr = hit
+            for idx, members in enumerate(spec_groups):
+                rules = self.rules[members[0]]
+                if idx in results and self.groups[members[0]].kind == "full":
+                    curr = min(curr, results[idx][1])     # (full attention: downward closed)
+                    continue
+                results[idx] = rules.find_hit(lookup_in(members), curr)
+                curr = results[idx][1]
+            if curr >= hit or simple:
+                break
+            hit = curr
+        tables: list[list[int]] = [[] for _ in self.groups]
+        for idx, members in enumerate(spec_groups):
+            found = results[idx][0]
+            if self.groups[members[0]].kind == "full":
+                found = found[:-(-curr // bs)]
+            for m, g in enumerate(members):
+                tables[g] = [NULL_BLOCK if x == NULL_BLOCK else x[m] for x in found]
+        return curr, tables
+
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
+        """Leading tokens of a new sequence of `num_tokens` the prefix cache serves now (0 without one)."""
+        return 0 if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)[0]
+
+    def _blocks_to_allocate(self, num_tokens: int, hit: int, tables: list[list[int]], capped: bool) -> int:
+        """Blocks a new sequence with these hits takes from the free blocks to hold `num_tokens` (vLLM's
+        `get_num_blocks_to_allocate` summed over groups): new blocks past its hits and skipped head, plus
+        the hit blocks now evictable (a hit takes them out of the free queue)."""
+        total, evictable = 0, self._cache.is_evictable if self._cache is not None else None
+        for rules, found in zip(self.rules, tables):
+            need = rules.admission_blocks(num_tokens) if capped else rules.entries_for(num_tokens)
+            skipped = rules.skipped_entries(hit)
+            total += max(need - max(skipped, len(found)), 0)
+            if evictable is not None:
+                total += sum(1 for b in found[skipped:] if b != NULL_BLOCK and evictable(b))
+        return total
+
+    def _adopt_hits(self, seq, hit: int, tables: list[list[int]]) -> None:
+        """Give new `seq` its hit blocks (vLLM's `add_local_computed_blocks`): the skipped head null,
+        each hit block one more holder (an evictable one leaves the free queue)."""
+        cache, ref = self._cache, self._ref
+        for g, (rules, found) in enumerate(zip(self.rules, tables)):
+            skipped = rules.skipped_entries(hit)
+            kept = found[skipped:]
+            for b in kept:
+                if ref.get(b, 0) == 0:
+                    cache.reuse(b)
+                    ref[b] = 1
+                else:
+                    ref[b] += 1
+                    self._dup[g] += 1
+            seq.tables[g] = [NULL_BLOCK] * skipped + kept
+            seq.nulls[g] = skipped
+            seq.cached[g] = len(seq.tables[g])
+            self._held[g] += len(kept)
+            self._nulls[g] += skipped
+
+    def _register(self, seq) -> None:
+        """Cache `seq`'s full blocks not cached yet in every group (vLLM's `cache_blocks`, called after
+        each allocation with the tokens it covers)."""
+        full = seq.tokens // self.block_size
+        first = min(seq.cached)
+        if first >= full:
+            return
+        hashes = seq.hashes
+        if len(hashes) < full:
+            hashes = seq.hashes = hashes + unique_hashes(seq.salt, len(hashes), full)
+        register = self._cache.register
+        for g, table in enumerate(seq.tables):
+            for k in range(seq.cached[g], full):
+                if table[k] != NULL_BLOCK:
+                    register((hashes[k], g), table[k])
+            seq.cached[g] = full
+
+    def _release(self, g: int, blocks: list[int]) -> None:
+        """Drop one holder of each of group `g`'s `blocks`, given in vLLM's freeing order: the blocks
+        no one holds are free, cached ones at the end of the free queue in that order, the others at
+        its front in that order."""
+        ref, park, front = self._ref, self._cache.park, []
+        for b in blocks:
+            ref[b] -= 1
+            if ref[b] == 0:
+                del ref[b]
+                if not park(b):
+                    front.append(b)
+            else:
+                self._dup[g] -= 1
+        self._free.extendleft(reversed(front))

@@ -1,0 +1,99 @@
+"""The hybrid allocator's fast-forward (kvsim/engine/step.py windows): many decode steps of a steady batch
+in one call, with blocks freed and taken in the same order, and the same memory after each step, as
+`append_each` one step at a time. A mixin of `HybridAllocator` (kvsim/alloc/hybrid/allocator.py).
+
+A sequence's blocks move only at its events (`_Seq.event`: the computed tokens at which its next
+one-token growth frees blocks that left a window or needs a new entry); between events a step only counts
+a token. Both methods walk the events of the window in (step, batch order), never the idle steps.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import Sequence
+
+from ..base import MemoryStats
+from .groups import NEVER
+
+
+class HybridWindows:
+    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`."""
+
+    def _set_event(self, seq) -> None:
+        """File the computed tokens at which `seq`'s next one-token growth does more than count."""
+        event = seq.tokens + NEVER
+        if self._cache is not None:     # its next full block is registered in the prefix cache
+            event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
+        for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
+            take, drop = rules.next_take(len(table)), rules.next_drop(z)
+            if take < event:
+                event = take
+            if drop < event:
+                event = drop
+        seq.event = event if event > seq.tokens else seq.tokens
+
+    def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
+        """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once: no
+        sequence passes its final length and, at every step, the blocks free before it cover all the
+        blocks the step takes (the blocks it frees are not counted: a safe, not always longest, window)."""
+        seqs = [self._seq(s) for s in seq_ids]
+        steps = min([max_steps, *(s.final - s.tokens for s in seqs)])
+        if steps < 1 or not seqs:
+            return max(steps, 0)
+        rules, state, heap = self.rules, [], []
+        for k, seq in enumerate(seqs):
+            state.append(([len(t) for t in seq.tables], list(seq.nulls)))
+            if seq.event - seq.tokens < steps:
+                heappush(heap, (seq.event - seq.tokens, k))
+        free, step, takes, drops = self.num_free_blocks, 0, 0, 0   # free before `step`, its takes, drops
+        while heap:
+            j, k = heappop(heap)
+            if j > step:                      # step `step` is complete: did its takes fit?
+                if takes > free:
+                    return step
+                free, step, takes, drops = free + drops - takes, j, 0, 0
+            entries, nulls = state[k]
+            computed = seqs[k].tokens + j
+            event = computed + 1 + steps
+            for g, r in enumerate(rules):
+                skip = r.skipped_entries(computed)
+                if skip > nulls[g]:
+                    drops += skip - nulls[g]
+                    nulls[g] = skip
+                more = r.entries_for(computed + 1) - entries[g]
+                if more > 0:
+                    takes += more
+                    entries[g] += more
+                event = min(event, r.next_take(entries[g]), r.next_drop(nulls[g]))
+            nxt = max(event, computed + 1) - seqs[k].tokens
+            if nxt < steps:
+                heappush(heap, (nxt, k))
+        return step if takes > free else steps
+
+    def append_steps(self, seq_ids: Sequence[int], steps: int, head_tokens: int = 0,
+                     head_final_tokens: int = 0) -> list[MemoryStats]:
+        """`steps` steps of `append_each(seq_ids)` within what `decode_window` allowed (blocks freed and
+        taken in the same order); returns `stats()` after each step."""
+        seqs = [self._seq(s) for s in seq_ids]
+        start = [s.tokens for s in seqs]
+        heap = [(s.event - c, k) for k, (s, c) in enumerate(zip(seqs, start)) if s.event - c < steps]
+        heap.sort()
+        snapshots, num = [], len(seqs)
+        for j in range(steps):
+            moved = 0
+            while heap and heap[0][0] == j:
+                _, k = heappop(heap)
+                seq = seqs[k]
+                seq.tokens = start[k] + j
+                self._drop_skipped(seq)
+                if self._need(seq, 1) > self.num_free_blocks:
+                    raise AssertionError("append_steps ran past its decode_window")
+                self._grow(seq, 1)               # (counts its token, files its next event)
+                moved += 1
+                if seq.event - start[k] < steps:
+                    heappush(heap, (seq.event - start[k], k))
+            self._sum_tokens += num - moved
+            snapshots.append(self.stats())
+        for seq, c in zip(seqs, start):
+            seq.tokens = c + steps
+        return snapshots

@@ -1,0 +1,131 @@
+"""A hypothesis state machine driving random allocate / append / append_each / free sequences against the
+hybrid allocator over random KV cache groups, with `check_invariants()` after every step. The model it
+must agree with is written here from vLLM 0.33's rules, independently of kvsim/alloc/hybrid/groups.py:
+a table has cdiv(tokens, block_size) entries (Mamba: 1), and its leading whole blocks skipped at the last
+growth (sliding: max(0, C - W + 1) tokens, chunked: C // chunk x chunk) hold no block."""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvsim.alloc import AllocationError
+from kvsim.alloc.hybrid import NULL_BLOCK, GroupSpec, HybridAllocator
+
+from quick_examples import examples
+
+pick = st.integers(0, 10_000)
+group_specs = st.one_of(st.just(GroupSpec("full")), st.just(GroupSpec("mamba")),
+                        st.builds(GroupSpec, st.just("sliding"), window=st.integers(1, 7)),
+                        st.builds(GroupSpec, st.just("chunked"), chunk=st.integers(1, 7)))
+IN_FLIGHT = 8       # tokens in flight; every growth here is at most 5 tokens, the first allocation at most 8
+
+
+def model_skipped_blocks(spec: GroupSpec, computed: int, block_size: int) -> int:
+    if spec.kind == "sliding":
+        return max(0, computed - spec.window + 1) // block_size
+    if spec.kind == "chunked":
+        return computed // spec.chunk * spec.chunk // block_size
+    return 0
+
+
+class HybridMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.tokens: dict[int, int] = {}       # model: seq -> tokens written
+        self.computed_at: dict[int, int] = {}  # seq -> tokens when its windows were last moved
+        self.first: dict[int, tuple[int, int]] = {}   # seq -> (num_tokens, final) at allocation
+        self.next_id = 0
+
+    @initialize(groups=st.lists(group_specs, min_size=1, max_size=3), block_size=st.integers(1, 4),
+                num_blocks=st.integers(1, 40))
+    def build(self, groups, block_size, num_blocks):
+        self.alloc = HybridAllocator(num_blocks, block_size, groups, max_model_len=10_000,
+                                     max_in_flight_tokens=IN_FLIGHT, prefill_chunk_tokens=IN_FLIGHT)
+
+    def _live(self, index):
+        return sorted(self.tokens)[index % len(self.tokens)]
+
+    @rule(num_tokens=st.integers(1, 30), extra=st.integers(0, 30), hold=st.integers(1, IN_FLIGHT))
+    def allocate(self, num_tokens, extra, hold):
+        seq, a = self.next_id, self.alloc
+        self.next_id += 1
+        hold = min(hold, num_tokens)
+        free = a.num_free_blocks
+        if a.can_allocate(num_tokens, num_tokens + extra) and a.can_hold(hold, num_tokens):
+            a.allocate(seq, num_tokens, num_tokens + extra, hold_tokens=hold)
+            self.tokens[seq], self.computed_at[seq] = hold, 0
+            self.first[seq] = (num_tokens, num_tokens + extra)
+            bs = a.block_size
+            assert a.num_free_blocks == free - sum(1 if g.kind == "mamba" else -(-hold // bs) for g in a.groups)
+        else:
+            assert a.num_free_blocks == free
+
+    def _grown(self, seq, n):
+        self.computed_at[seq] = self.tokens[seq]
+        self.tokens[seq] += n
+
+    @precondition(lambda self: self.tokens)
+    @rule(index=pick, n=st.integers(1, 5))
+    def append(self, index, n):
+        seq = self._live(index)
+        ok = self.alloc.can_append(seq, n)
+        self.computed_at[seq] = self.tokens[seq]   # asking moved its windows (vLLM frees before it counts)
+        if ok:
+            assert self.alloc.append(seq, n) == []
+            self._grown(seq, n)
+        else:
+            try:
+                self.alloc.append(seq, n)
+            except AllocationError:
+                pass
+            else:
+                raise AssertionError("append succeeded although can_append said no")
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def append_each(self, data):
+        seqs = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), unique=True, min_size=1))
+        grew = self.alloc.append_each(seqs)
+        for seq in seqs[:grew]:
+            self._grown(seq, 1)
+        if grew < len(seqs):
+            self.computed_at[seqs[grew]] = self.tokens[seqs[grew]]
+
+    @precondition(lambda self: self.tokens)
+    @rule(index=pick)
+    def free(self, index):
+        seq = self._live(index)
+        self.alloc.free(seq)
+        del self.tokens[seq], self.computed_at[seq], self.first[seq]
+
+    @invariant()
+    def agrees_with_the_model(self):
+        a = getattr(self, "alloc", None)
+        if a is None:
+            return
+        a.check_invariants()
+        bs, used = a.block_size, 0
+        for seq, tokens in self.tokens.items():
+            tables = a.group_block_tables(seq)
+            for spec, table in zip(a.groups, tables):
+                assert len(table) == (1 if spec.kind == "mamba" else -(-tokens // bs))
+                nulls = min(model_skipped_blocks(spec, self.computed_at[seq], bs), len(table))
+                assert table[:nulls] == [NULL_BLOCK] * nulls and NULL_BLOCK not in table[nulls:]
+            held = sum(b != NULL_BLOCK for t in tables for b in t)
+            used += held
+            num_tokens, final = self.first[seq]
+            assert held * bs <= a.peak_slots(num_tokens, max(final, tokens)), "peak_slots is not an upper bound"
+        assert a.stats().used_blocks == used and a.num_free_blocks == a.num_blocks - used
+
+    def teardown(self):
+        a = getattr(self, "alloc", None)
+        if a is not None:
+            for seq in list(self.tokens):
+                a.free(seq)
+            a.check_invariants()
+            assert a.num_free_blocks == a.num_blocks
+
+
+TestHybrid = HybridMachine.TestCase
+TestHybrid.settings = settings(**examples(max(200, settings.default.max_examples)), stateful_step_count=40,
+                               deadline=None)
