@@ -204,7 +204,8 @@ def print_startup(cfg) -> None:
 def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
     """For a model with layers other than full attention: vLLM 0.33's start-up lines (its KV cache
     groups, num_blocks, "GPU KV cache size" and "Maximum concurrency", `kvsim.specs.kv_groups`) and,
-    with `simulated_tokens`, a note on how the simulation sizes the cache. False for other models."""
+    with `simulated_tokens`, how the simulation holds the cache. False for other models."""
+    from kvsim.engine.build import hybrid_groups
     from kvsim.engine.config import kv_cache_plan
     from kvsim.specs.layers import describe
     plan = kv_cache_plan(cfg)
@@ -221,11 +222,10 @@ def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
                   f"{plan.max_concurrency:.2f}x", highlight=False)
     if plan.note:
         console.print(f"note: {plan.note}", highlight=False)
-    if simulated_tokens is not None and any(g.kind in ("sliding", "chunked", "mamba") for g in plan.groups):
-        mamba = "; Mamba states not counted" if any(g.kind == "mamba" for g in plan.groups) else ""
-        console.print(f"note: the simulation sizes layers as full attention ({simulated_tokens:,} token "
-                      f"slots{mamba}) until kvsim's hybrid allocator lands; the figures above are vLLM's",
-                      highlight=False)
+    if simulated_tokens is not None and hybrid_groups(plan) is not None:
+        console.print(f"INFO simulated as vLLM's hybrid KV cache manager: {len(plan.groups)} groups, one block "
+                      f"table each, sharing {plan.num_blocks:,} blocks of {plan.block_size} tokens "
+                      f"({plan.num_blocks * plan.block_size:,} token slots)", highlight=False)
     return True
 
 
