@@ -13,7 +13,7 @@ from kvsim.engine.config import SimConfig, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
 from kvsim.engine.scheduler import Scheduler
-from kvsim.specs.kv_groups import KVCachePlan
+from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, KVCachePlan
 from kvsim.specs.model import GIB
 from kvsim.engine.static_batching import StaticScheduler
 from kvsim.trace.table import Trace
@@ -83,5 +83,5 @@ def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
         return make_allocator("paged", capacity, block_size=plan.block_size, prefix_caching=cache.prefix_caching)
     return make_allocator("hybrid", capacity, block_size=plan.block_size, max_seq_len=plan.max_model_len,
                           prefix_caching=cache.prefix_caching, groups=groups,
-                          max_in_flight_tokens=sched.max_batched_tokens,
+                          max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
                           prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)
