@@ -65,11 +65,45 @@ def test_build_run_follows_vllms_plan(model, flags, kind, groups):
 
 
 def test_what_the_hybrid_allocator_cannot_do_is_one_line(tmp_path):
-    trace = tmp_path / "t.jsonl"
-    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5}\n')
-    res = CliRunner().invoke(app, ["run", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
-                                   "--max-model-len", "4096", "--prefix-caching"])
-    assert res.exit_code == 2 and "prefix caching" in res.output and "Traceback" not in res.output
-    res = CliRunner().invoke(app, ["run", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
-                                   "--max-model-len", "4096", "--prefix-caching", "--no-hybrid-kv-cache"])
-    assert res.exit_code == 0, res.output
+    """Parallel samples / beams, and prefix caching with Mamba groups, are refused in one line (exit 2);
+    prefix caching over sliding and full groups runs."""
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
+    two.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5, "n": 2}\n')
+    base = ["--gpu", "h100-80gb", "--max-model-len", "4096"]
+    res = CliRunner().invoke(app, ["run", str(two), "--model", "gpt-oss-20b", *base])
+    assert res.exit_code == 2 and "one sequence per request" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["run", str(one), "--model", "qwen3-next-80b-a3b", "--tp", "4", *base,
+                                   "--prefix-caching"])
+    assert res.exit_code == 2 and "prefix caching with a Mamba group" in res.output
+    for extra in (["--prefix-caching"], ["--prefix-caching", "--no-hybrid-kv-cache"], []):
+        res = CliRunner().invoke(app, ["run", str(two if not extra else one), "--model", "gpt-oss-20b", *base,
+                                       *extra, *(["--no-hybrid-kv-cache"] if not extra else [])])
+        assert res.exit_code == 0, (extra, res.output)
+
+
+def test_jenga_pool_from_the_deployment_by_hand():
+    """Gemma 3 27B under `--allocator jenga`, 4 GiB of KV on one GPU: one group per kind at its natural
+    page, 16 tokens of 16 KV heads x 128 x 2 (K, V) x 2 bytes = 131,072 bytes per layer: sliding
+    52 x 131,072 = 6,815,744 bytes, full 10 x 131,072 = 1,310,720; large pages of their LCM
+    2^19 x 13 x 5 = 34,078,720 bytes, 126 of them in 4 GiB."""
+    from kvsim.alloc.jenga import JengaAllocator
+    parts = build_run(ONE, make_config(model="gemma-3-27b", gpu="h100-80gb", kv_gib=4, max_model_len=4096,
+                                       allocator="jenga"))
+    alloc = parts.allocator
+    assert type(alloc) is JengaAllocator
+    assert [(g.kind, g.window, g.page_bytes) for g in alloc.groups] == [("sliding", 1024, 6_815_744),
+                                                                       ("full", 0, 1_310_720)]
+    assert alloc.layout.large_page_bytes == 34_078_720 and alloc.layout.num_large == 4 * 1024**3 // 34_078_720
+    with pytest.raises(ValueError, match="--allocator jenga sizes its pool in bytes"):
+        make_config(model="gemma-3-27b", allocator="jenga", num_blocks=100)
+
+
+def test_jenga_runs_the_study_trace_with_the_hybrid_managers_blocks_at_one_page_size():
+    """gpt-oss's two kinds have the same page, so Jenga's large page is one page and it holds blocks as
+    vLLM's hybrid manager does: the same run, step for step."""
+    flags = dict(model="gpt-oss-20b", gpu="h100-80gb", kv_gib=1, max_model_len=4096)
+    a = kvsim.simulate(ONE, allocator="jenga", **flags)
+    b = kvsim.simulate(ONE, **flags)
+    assert a.steps.used_blocks.tolist() == b.steps.used_blocks.tolist()
+    assert a.summary["kv"]["capacity_tokens"] == b.summary["kv"]["capacity_tokens"]

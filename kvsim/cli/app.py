@@ -33,6 +33,7 @@ class SampleLengths(str, Enum):
 class AllocatorKind(str, Enum):
     paged = "paged"
     contiguous = "contiguous"
+    jenga = "jenga"
 
 
 class Reserve(str, Enum):

@@ -41,7 +41,10 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     paged = cache.allocator == "paged"
     block_size = cache.block_size if paged else 1
     plan = kv_cache_plan(cfg) if paged else None
-    if plan is None:
+    if cache.allocator == "jenga":
+        alloc = jenga_allocator(cfg)
+        capacity, block_size = alloc.capacity_tokens, cache.block_size
+    elif plan is None:
         capacity = kv_capacity(cfg)
         alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
                                max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
@@ -52,7 +55,7 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         alloc = _plan_allocator(plan, cfg, capacity)
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
     block_ids = None
-    page = cache.block_size if plan is None else plan.block_size     # tokens per block of the pool
+    page = cache.block_size if plan is None else plan.block_size     # tokens per block (attention)
     if cache.prefix_caching:
         def block_ids(i: int) -> list[int]:
             return trace.prompt_block_ids(i, page)
@@ -83,5 +86,30 @@ def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
         return make_allocator("paged", capacity, block_size=plan.block_size, prefix_caching=cache.prefix_caching)
     return make_allocator("hybrid", capacity, block_size=plan.block_size, max_seq_len=plan.max_model_len,
                           prefix_caching=cache.prefix_caching, groups=groups,
+                          max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
+                          prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)
+
+
+def jenga_allocator(cfg: SimConfig):
+    """Jenga's two-level allocator (`kvsim.alloc.jenga`) over the deployment's KV bytes per GPU: one group per
+    layer kind and window, each with its natural page (its layers' K+V, or MLA latent, bytes for
+    `block_size` tokens; a Mamba group's whole state per request), large pages their LCM."""
+    from kvsim.alloc.jenga import groups_from_layers
+    dep, cache, sched = cfg.deployment, cfg.cache, cfg.scheduler
+    model, tp = dep.model, dep.tp
+    if cache.kv_gib is not None:
+        if not 0 < cache.kv_gib < float("inf"):
+            raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
+        pool = int(cache.kv_gib * GIB // tp)
+    else:
+        pool = int(dep.kv_memory_per_gpu(cache.gpu_mem_util, sched.max_batched_tokens))
+    layers = []
+    for g in model.groups:
+        kind = "full" if g.kind == "mla" else g.kind
+        per_layer = g.state.bytes_per_gpu(tp) if g.kind == "mamba" else g.page_bytes_per_token(tp, model.kv_bytes)
+        layers += [(kind, g.window or g.chunk or 0, per_layer)] * g.num_layers
+    groups = groups_from_layers(layers, cache.block_size)
+    return make_allocator("jenga", 0, block_size=cache.block_size, max_seq_len=model.max_seq_len,
+                          prefix_caching=cache.prefix_caching, groups=groups, pool_bytes=pool,
                           max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
                           prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)

@@ -70,8 +70,11 @@ class CacheConfig:
                                           # --disable-hybrid-kv-cache-manager (every layer full attention)
 
     def __post_init__(self) -> None:
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}")
+        if self.allocator not in (*ALLOCATORS, "jenga"):
+            raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}, jenga")
+        if self.allocator == "jenga" and self.num_blocks is not None:
+            raise ValueError("--allocator jenga sizes its pool in bytes: give --kv-gib or --gpu-mem-util, "
+                             "not --num-blocks")
         if self.block_size < 1:
             raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
         if not 0 <= self.swap_gib < float("inf"):

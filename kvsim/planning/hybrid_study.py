@@ -6,11 +6,14 @@ summarization-like) trace, the same GPU memory is held as
   attention: the PagedAttention of 2023 applied to a 2025 model);
 - `vLLM hybrid manager`: vLLM 0.33's KV cache groups (sliding and chunked groups free what left their
   window; for Llama 4 vLLM's own default turns it off, `--hybrid-kv-cache` turns it on here);
+- `Jenga`: Jenga's two-level allocator (SOSP 2025): one group per layer kind at its natural page size,
+  large pages of their LCM, a request's small pages placed together (`kvsim.alloc.jenga`);
 - `contiguous`: one reservation of the maximum length per request, every layer as full attention;
 and kvsim reports the start-up figures (KV tokens, maximum concurrency at the maximum length), then
 simulates each trace to give the batch the memory sustains, throughput, preemptions and the KV memory
 a running request holds on average (`kv_per_request_mib`: allocated KV bytes per GPU over the mean
-batch). `waste_vs_hybrid` is the share of that memory the hybrid manager would not need,
+batch) and the time-averaged share of the pool that is free but unusable (`stranded`: Jenga's small
+pages stranded in another group's large pages; contiguous: external fragmentation). `waste_vs_hybrid` is the share of that memory the hybrid manager would not need,
 1 - hybrid / system. Seconds, tokens, MiB per GPU.
 """
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from kvsim.engine.build import jenga_allocator
 from kvsim.engine.config import kv_cache_plan, kv_capacity
 from kvsim.planning.runs import make_config, simulate
 from kvsim.trace.synthetic import generate
@@ -35,6 +39,7 @@ MODELS: dict[str, dict] = {
 SYSTEMS: dict[str, dict] = {
     "uniform pages": {"allocator": "paged", "hybrid_kv_cache": False},
     "vLLM hybrid manager": {"allocator": "paged", "hybrid_kv_cache": True},
+    "Jenga": {"allocator": "jenga"},
     "contiguous": {"allocator": "contiguous", "reserve": "max"},
 }
 #: Workloads: (trace preset, request rate req/s, maximum prompt + output tokens of the generator).
@@ -74,6 +79,10 @@ def startup_row(flags: dict) -> dict:
     """KV tokens, blocks and maximum concurrency at the maximum length as vLLM 0.33 logs them (paged
     layouts), or the contiguous pool's slots and whole reservations (every layer as full attention)."""
     cfg = make_config(**flags).resolved()
+    if cfg.cache.allocator == "jenga":            # no start-up figure of vLLM's: the pool it lays out
+        layout = jenga_allocator(cfg).layout
+        return {"kv_tokens": float("nan"), "max_concurrency": float("nan"),
+                "kv_bytes_per_gpu": layout.num_large * layout.large_page_bytes}
     plan = kv_cache_plan(cfg) if cfg.cache.allocator == "paged" else None
     max_len = cfg.deployment.model.max_seq_len
     if plan is not None:
@@ -99,6 +108,7 @@ def run_study(plan: StudyPlan = StudyPlan()) -> pd.DataFrame:
                            mean_batch=s["mean_batch_size"], throughput_tok_s=s["throughput_tokens_per_s"],
                            norm_latency_s=s["normalized_latency_s_per_token"], preemptions=s["preemptions"],
                            peak_allocated=s["kv"]["peak_allocated_fraction"],
+                           stranded=s["kv"]["mean_fraction"]["external_fragmentation"],
                            kv_per_request_mib=(allocated * row["kv_bytes_per_gpu"] / s["mean_batch_size"] / MIB
                                                if s["mean_batch_size"] else 0.0))
                 rows.append(row)
