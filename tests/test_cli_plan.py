@@ -81,3 +81,23 @@ def test_trace_convert_rescales_timestamped_traces(tmp_path):
     assert read_jsonl(tmp_path / "s.jsonl").arrival_s.tolist() == [0.0, 1.5]
     r = invoke("trace", "convert", src, "-o", tmp_path / "x.jsonl", "--rate", "2", "--time-scale", "2")
     assert r.exit_code == 2 and "not both" in r.output
+
+
+def test_gpus_for_sizes_at_the_smallest_tp_that_holds_the_weights(tmp_path):
+    """The README's example: Llama-2-70B's 138 GB of bf16 weights do not fit one A100-80GB (79.25 GiB x
+    0.9 = 71.3 GiB), half of them (64.3 GiB) plus the 3 GiB activation reserve fit two, so without --tp
+    the single-replica figures are at TP 2 (said in a note) instead of an error."""
+    out = tmp_path / "c.json"
+    res = CliRunner().invoke(app, ["capacity", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--preset", "alpaca",
+                                   "--slo", "ttft_p99=2", "--gpus-for", "20", "--duration", "20", "--max-runs", "3",
+                                   "--tp-options", "1,2", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "at --tp 2, the smallest of 1,2 whose GPUs hold the weights" in res.output
+    gpus = json.loads(out.read_text())["gpus"]
+    assert [(g["tp"], g["fits"]) for g in gpus] == [(1, False), (2, True)]
+
+
+def test_gpus_for_refuses_a_fixed_kv_size():
+    res = CliRunner().invoke(app, ["capacity", "--model", "llama-2-7b", "--slo", "ttft_p99=2", "--gpus-for", "5",
+                                   "--kv-gib", "12"])
+    assert res.exit_code == 2 and "--gpus-for sizes each TP degree's KV cache" in res.output

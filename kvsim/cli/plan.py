@@ -69,7 +69,8 @@ def capacity(
     model: str = typer.Option("opt-13b", "--model", help="Model preset (e.g. opt-13b, llama-3-8b)."),
     model_config: Optional[Path] = typer.Option(None, "--model-config", help="Hugging Face config.json."),
     gpu: str = typer.Option("a100-40gb", "--gpu", help="GPU preset (e.g. a100-40gb, h100-80gb)."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica; default "
+                                     "1, or with --gpus-for the smallest of --tp-options that holds the weights)."),
     kv_gib: Optional[float] = typer.Option(None, "--kv-gib", help="KV memory of the deployment, GiB."),
     num_blocks: Optional[int] = typer.Option(None, "--num-blocks", help="KV blocks of the deployment."),
     gpu_mem_util: float = typer.Option(0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights + "
@@ -106,12 +107,21 @@ def capacity(
             raise ValueError("give a TRACE or --preset, not both")
         if gpus_for is not None and not slo:
             raise ValueError("--gpus-for needs at least one --slo")
-        flags = dict(model=model, gpu=gpu, tp=tp, kv_gib=kv_gib, num_blocks=num_blocks,
+        options = [int(x) for x in tp_options.split(",") if x.strip()]
+        if gpus_for is not None and (kv_gib is not None or num_blocks is not None):
+            raise ValueError("--gpus-for sizes each TP degree's KV cache from its GPU memory (--gpu-mem-util); "
+                             "drop --kv-gib / --num-blocks")
+        flags = dict(model=model, gpu=gpu, tp=tp or 1, kv_gib=kv_gib, num_blocks=num_blocks,
                      gpu_mem_util=gpu_mem_util, block_size=block_size, placement=placement,
                      max_model_len=max_model_len, max_batched_tokens=max_batched_tokens,
                      hybrid_kv_cache=hybrid_kv_cache,
                      model_config=str(model_config) if model_config else None)
         flags.update({k: _literal(v) for k, v in _pairs(set_flags, "--set")})
+        if gpus_for is not None and tp is None and "tp" not in dict(_pairs(set_flags, "--set")):
+            flags["tp"] = _smallest_tp(flags, options)
+            if flags["tp"] > 1:
+                console.print(f"note: --gpus-for: the single-replica figures below are at --tp {flags['tp']}, the "
+                              f"smallest of {tp_options} whose GPUs hold the weights", highlight=False)
         slo_limits = rt.parse_slo(slo) if slo else None
         workers = workers or os.cpu_count() or 1
         tr = None
@@ -135,7 +145,6 @@ def capacity(
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
                            "curve": res.curve.to_dict("records")}
         if gpus_for is not None:
-            options = [int(x) for x in tp_options.split(",") if x.strip()]
             gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
             df = rt.gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
                                   preset=preset or "sharegpt", duration_s=duration, seed=seed,
@@ -144,6 +153,20 @@ def capacity(
             out["gpus"] = df.to_dict("records")
         if json_out is not None:
             _write_json(json_out, out)
+
+
+def _smallest_tp(flags: dict, options: list[int]) -> int:
+    """The smallest TP degree of `options` at which the deployment of `flags` has room for KV (the first
+    one's error when none has)."""
+    from kvsim.planning.runs import capacity_tokens, make_config
+    first = None
+    for tp in sorted(set(options)):
+        try:
+            capacity_tokens(make_config(**{**flags, "tp": tp}))
+            return tp
+        except ValueError as exc:
+            first = first or exc
+    raise first if first else ValueError("--tp-options lists no TP degree")
 
 
 def _print_static(console, df, source: str) -> None:
