@@ -41,6 +41,7 @@ class HybridWindows:
         if steps < 1 or not seqs:
             return max(steps, 0)
         rules, state, heap = self.rules, [], []
+        ref = self._ref if self._cache is not None else None
         for k, seq in enumerate(seqs):
             state.append(([len(t) for t in seq.tables], list(seq.nulls)))
             if seq.event - seq.tokens < steps:
@@ -58,7 +59,11 @@ class HybridWindows:
             for g, r in enumerate(rules):
                 skip = r.skipped_entries(computed)
                 if skip > nulls[g]:
-                    drops += skip - nulls[g]
+                    if ref is None:
+                        drops += skip - nulls[g]
+                    else:        # a block shared through the prefix cache is not freed (counted safe)
+                        table = seqs[k].tables[g]
+                        drops += sum(i >= len(table) or ref[table[i]] == 1 for i in range(nulls[g], skip))
                     nulls[g] = skip
                 more = r.entries_for(computed + 1) - entries[g]
                 if more > 0:
