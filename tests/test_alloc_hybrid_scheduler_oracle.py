@@ -3,7 +3,7 @@ KVCacheManager with the same KV cache groups (tests/hybrid_scheduler_oracle_driv
 burst traces: used blocks after each step's scheduling, blocks per group, preemptions, finishes and tokens
 scheduled. Chunked prefill, recompute, prefix caching off, as the shared oracle's `run_native`.
 
-Golden: vLLM's records in tests/data/hybrid_oracle/scheduler_vllm_0.33.json (small cases worked at block 4)
+Golden: vLLM's records in tests/data/hybrid_oracle/scheduler_vllm_0.33.json.gz (small cases, block 4)
 and scheduler_realistic_vllm_0.33.json.gz (gpt-oss-, Gemma-3- and Llama-4-like group mixes at block 16),
 made by the driver (`python tests/test_alloc_hybrid_scheduler_oracle.py` regenerates both); live: where the
 oracle venv exists vLLM is rerun and must reproduce them.
@@ -23,9 +23,9 @@ from kvsim.engine.config import SchedulerConfig
 from kvsim.engine.scheduler import Scheduler
 from kvsim.trace.table import Trace
 
-from test_alloc_hybrid_oracle import _oracle_python
+from test_alloc_hybrid_oracle import _oracle_python, load_golden
 
-DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "scheduler_vllm_0.33.json"
+DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "scheduler_vllm_0.33.json.gz"
 FULL, MAMBA = {"kind": "full"}, {"kind": "mamba"}
 SWA8, CHUNK8 = {"kind": "sliding", "window": 8}, {"kind": "chunked", "chunk": 8}
 
@@ -113,7 +113,7 @@ def run_kvsim(case: dict) -> list[dict]:
 
 
 def test_kvsim_scheduler_equals_vllm_step_by_step():
-    golden = json.loads(DATA.read_text())
+    golden = load_golden(DATA)
     all_cases = cases()
     assert len(golden) == len(all_cases)
     for case, want in zip(all_cases, golden):
@@ -129,8 +129,7 @@ REALISTIC = Path(__file__).parent / "data" / "hybrid_oracle" / "scheduler_realis
 
 
 def test_kvsim_scheduler_equals_vllm_at_realistic_sizes():
-    with gzip.open(REALISTIC, "rt") as f:
-        golden = json.load(f)
+    golden = load_golden(REALISTIC)
     all_cases = realistic_cases()
     assert len(golden) == len(all_cases)
     for case, want in zip(all_cases, golden):
@@ -147,9 +146,7 @@ def test_vllm_live_reproduces_the_golden(tmp_path):
     path.write_text(json.dumps(cases() + realistic_cases()))
     subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
                     str(path), str(out)], check=True, capture_output=True, timeout=600)
-    with gzip.open(REALISTIC, "rt") as f:
-        realistic = json.load(f)
-    assert json.loads(out.read_text()) == json.loads(DATA.read_text()) + realistic
+    assert json.loads(out.read_text()) == load_golden(DATA) + load_golden(REALISTIC)
 
 
 if __name__ == "__main__":      # regenerate the golden files with vLLM (the oracle venv must exist)
@@ -159,8 +156,5 @@ if __name__ == "__main__":      # regenerate the golden files with vLLM (the ora
         path.write_text(json.dumps(make()))
         raw = Path("/tmp") / f"hybrid_{make.__name__}_out.json"
         subprocess.run([str(_oracle_python()), "-W", "ignore", driver, str(path), str(raw)], check=True)
-        if out.suffix == ".gz":
-            with gzip.open(out, "wt") as f:
-                f.write(raw.read_text())
-        else:
-            out.write_text(raw.read_text())
+        with gzip.open(out, "wt") as f:
+            f.write(raw.read_text())
