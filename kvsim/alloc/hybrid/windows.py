@@ -24,10 +24,13 @@ class HybridWindows:
         event = seq.tokens + NEVER
         if self._cache is not None:     # its next full block is registered in the prefix cache
             event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
-        for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
-            take, drop = rules.next_take(len(table)), rules.next_drop(z)
+        tables, nulls = seq.tables, seq.nulls
+        for g, rules in self._taking:
+            take = rules.next_take(len(tables[g]))
             if take < event:
                 event = take
+        for g, rules in self._dropping:
+            drop = rules.next_drop(nulls[g])
             if drop < event:
                 event = drop
         seq.event = event if event > seq.tokens else seq.tokens
