@@ -233,11 +233,9 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
                 seq.tokens = tokens + 1
                 quick += 1
                 continue
-            self._drop_skipped(seq)
-            if self._need(seq, 1) > self.num_free_blocks:
+            if not self._step_one(seq):
                 self._sum_tokens += quick
                 return k - start
-            self._grow(seq, 1)
         self._sum_tokens += quick
         return len(seq_ids) - start
 
