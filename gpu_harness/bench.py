@@ -42,6 +42,26 @@ def decode_bytes(batch: int, context: int, q_heads: int, kv_heads: int, head_dim
     return kv + qo + table + partials
 
 
+def window_decode_bytes(batch: int, context: int, window: int, q_heads: int, kv_heads: int, head_dim: int,
+                        elem_bytes: int, block_size: int, splits: int) -> int:
+    """HBM bytes of a sliding-window decode launch: `decode_bytes` of the min(context, window) tokens it
+    reads (the one extra table entry of a window starting mid-block, 4 bytes, is left out)."""
+    return decode_bytes(batch, min(context, window), q_heads, kv_heads, head_dim, elem_bytes, block_size,
+                        splits)
+
+
+def mla_decode_bytes(batch: int, context: int, q_heads: int, rank: int, rope: int, elem_bytes: int,
+                     block_size: int, splits: int) -> int:
+    """HBM bytes of an MLA decode launch: each token's latent row (rank + rope values) read once (it is
+    both key and value), q in (rank + rope per head), the latent output out (rank per head), the block
+    table, and the fp32 split partials (rank + 1 per head and split) written then read."""
+    rows = batch * context * (rank + rope) * elem_bytes
+    qo = batch * q_heads * (2 * rank + rope) * elem_bytes
+    table = 4 * batch * math.ceil(context / block_size)
+    partials = 2 * batch * q_heads * splits * (rank + 1) * 4 if splits > 1 else 0
+    return rows + qo + table + partials
+
+
 def store_bytes(num_tokens: int, kv_heads: int, head_dim: int, elem_bytes: int) -> int:
     """HBM bytes of one store_kv launch: K and V rows read and written, plus the int64 slot mapping."""
     return 2 * 2 * num_tokens * kv_heads * head_dim * elem_bytes + 8 * num_tokens

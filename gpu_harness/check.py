@@ -4,6 +4,7 @@
 real-shape GPU grid of KERNELS.md section 7 (L in {1, 15, 16, 17, 1025, 4097}, page sizes {1, 16, 32},
 heads {(8,8), (32,8), (5,1)}, D in {64, 128}, splits {1, 8}, and a cache whose block offsets overflow
 int32). Tolerances: fp32 1e-4; fp16/bf16 vLLM's atol=1.5e-2, rtol=1e-2; exact for the copies.
+The hybrid-model kernels (sliding-window and MLA decode) have their grid in `check_hybrid`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class DecodeCase:
                 f"bs{self.block_size} L[{lens}] s{self.splits} {self.table}")
 
 
-def _compare(case: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> CheckRow:
+def compare(case: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> CheckRow:
+    """Worst |out - ref| and whether every element is within atol + rtol * |ref| (a NaN fails)."""
     diff = (out.float() - ref.float()).abs()
     worst = diff.max().item() if diff.numel() else 0.0
     ok = bool((diff <= atol + rtol * ref.float().abs()).all()) and not diff.isnan().any()
@@ -85,7 +87,7 @@ def check_paged(c: DecodeCase, device: str, gen: torch.Generator) -> CheckRow:
     from gpu_harness.kernels import paged_decode
     q, kc, vc, bt, sl, _ = decode_inputs(c, device, gen)
     out = paged_decode(q, kc, vc, bt, sl, num_splits=c.splits)
-    return _compare(f"paged {c.name}", out, reference.ref_paged_decode(q, kc, vc, bt, sl), *TOLERANCE[c.dtype])
+    return compare(f"paged {c.name}", out, reference.ref_paged_decode(q, kc, vc, bt, sl), *TOLERANCE[c.dtype])
 
 
 def check_contiguous(c: DecodeCase, device: str, gen: torch.Generator) -> CheckRow:
@@ -98,7 +100,7 @@ def check_contiguous(c: DecodeCase, device: str, gen: torch.Generator) -> CheckR
     sl = layout.make_seq_lens(c.seq_lens, device)
     out = contiguous_decode(q, k, v, sl, num_splits=c.splits)
     name = f"contiguous {DTYPE_NAMES[c.dtype]} h{c.q_heads}/{c.kv_heads} d{c.head_dim} L{list(c.seq_lens)} s{c.splits}"
-    return _compare(name, out, reference.ref_contiguous_decode(q, k, v, sl), *TOLERANCE[c.dtype])
+    return compare(name, out, reference.ref_contiguous_decode(q, k, v, sl), *TOLERANCE[c.dtype])
 
 
 def check_same_output(c: DecodeCase, other: DecodeCase, device: str, gen: torch.Generator) -> CheckRow:
@@ -110,7 +112,7 @@ def check_same_output(c: DecodeCase, other: DecodeCase, device: str, gen: torch.
     layout.scatter_to_paged(layout.gather_contiguous(vc, c.seq_lens, tables), other.seq_lens, tables2, vc2)
     a = paged_decode(q, kc, vc, bt, sl, num_splits=c.splits)
     b = paged_decode(q, kc2, vc2, bt2, sl2, num_splits=other.splits)
-    return _compare(f"same: {c.name} == {other.name}", a, b, *TOLERANCE[c.dtype])
+    return compare(f"same: {c.name} == {other.name}", a, b, *TOLERANCE[c.dtype])
 
 
 def check_store_kv(dtype: torch.dtype, num_tokens: int, kv_heads: int, head_dim: int, block_size: int,

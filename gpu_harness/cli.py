@@ -45,17 +45,27 @@ def _backend():
         raise typer.Exit(2) from None
 
 
+GRIDS = ("all", "base", "hybrid")
+
+
 @harness_app.command()
-def check(full: bool = typer.Option(False, "--full", help="Real-shape grid (contexts up to 4097 tokens, "
+def check(full: bool = typer.Option(False, "--full", help="Real-shape grid (contexts up to 8193 tokens, "
                                     "a >2**31-element cache); meant for a GPU."),
+          grid: str = typer.Option("all", "--grid", help="Kernels to check: base (full-attention paged and "
+                                   "contiguous decode, store_kv, copy_blocks), hybrid (sliding-window and "
+                                   "MLA decode), or all."),
           seed: int = typer.Option(0, help="Random seed for inputs.")) -> None:
     """Compare every kernel with its torch reference; print the worst absolute error per case.
 
-    Exit status 1 if any case is out of tolerance, 2 if torch/triton is missing.
+    Exit status 1 if any case is out of tolerance, 2 if torch/triton is missing or --grid is unknown.
     """
+    if grid not in GRIDS:
+        raise ValueError(f"--grid must be one of {', '.join(GRIDS)}, got {grid!r}")
     backend = _backend()
     from gpu_harness.check import run_check
-    rows = run_check(full=full, seed=seed)
+    from gpu_harness.check_hybrid import run_hybrid_check
+    rows = run_check(full=full, seed=seed) if grid in ("all", "base") else []
+    rows += run_hybrid_check(full=full, seed=seed) if grid in ("all", "hybrid") else []
     table = Table(title=f"kernel check on {backend.name} ({backend.kind})")
     for col in ("case", "worst abs err", "atol", "rtol", "ok"):
         table.add_column(col)
@@ -115,6 +125,34 @@ def _print_summary(doc: dict, preset: str | None) -> None:
                       f"{100 * bw / copy:.1f}")
     _console().print(table)
     _console().print_json(data=doc["fit"])
+
+
+@harness_app.command("bench-hybrid")
+def bench_hybrid(out: Path = typer.Option(None, "--out", help="JSON file for the measurements."),
+                 seed: int = typer.Option(0, help="Random seed for block tables.")) -> None:
+    """Time sliding-window and chunked-local decode (next to full attention) and MLA decode against
+    their bytes model.
+
+    Real shapes (gpt-oss-120b, gemma-3-27b, llama-4-scout, DeepSeek-V3) on a GPU, tiny ones on the
+    interpreter; bandwidths are decimal GB/s of the bytes each kernel must read (a window: its tokens only).
+    """
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        check_output_file(out, "--out")
+    backend = _backend()
+    from gpu_harness.bench_hybrid import run_hybrid_bench
+    doc = run_hybrid_bench(backend, seed=seed)
+    table = Table(title=f"hybrid decode kernels on {doc['device']} ({doc['backend']}, {doc['dtype']})")
+    for col in ("kernel", "shape", "batch", "context", "window/chunk", "splits", "median us", "GB/s"):
+        table.add_column(col, justify="right")
+    for m in doc["measurements"]:
+        span = f"W {m['window']}" if m["window"] else f"C {m['chunk']}" if m["chunk"] else "-"
+        table.add_row(m["kernel"], m["shape"], str(m["batch"]), str(m["context"]), span,
+                      str(m["splits"]), f"{m['median_s'] * 1e6:.1f}", f"{m['bytes_per_s'] / 1e9:.2f}")
+    _console().print(table)
+    if out is not None:
+        write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
+        _console().print(f"wrote {out}")
 
 
 @harness_app.command()

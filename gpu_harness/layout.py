@@ -5,6 +5,12 @@ the one place a kvsim step plan (`kvsim.engine.step.StepPlan`) becomes kernel in
 Caches are NHD: `[num_blocks, block_size, kv_heads, head_dim]`, one tensor for K and one for V (as vLLM's
 Triton backends and nano-vllm). Block tables are int32 padded with -1; slot mappings are int64 with
 `slot = block_id * block_size + offset` and -1 for padding tokens (skipped by `store_kv`).
+
+A hybrid model has one table per KV cache group (`group_block_tables`). A sliding-window group's table
+(`null_out_of_window`) holds a null entry, -1 (as kvsim's hybrid allocator, NULL_BLOCK), for each block
+wholly before the window, where vLLM's hybrid KV cache manager puts its null block (id 0); the
+sliding-window decode never reads such entries, so either convention works with it, and
+`check_window_tables` says whether a table nulls only blocks the window no longer reads.
 """
 
 from __future__ import annotations
@@ -46,15 +52,84 @@ def make_block_table(tables: Sequence[Sequence[int]], device: str | torch.device
     return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(tables), width)
 
 
+def window_start(seq_len: int, window: int) -> int:
+    """First token position a decode with context `seq_len` attends to under a sliding window of
+    `window` tokens: max(0, seq_len - window) (vLLM: query position L-1 sees keys with L-1 - pos < W)."""
+    return max(0, seq_len - window)
+
+
+def chunk_start(seq_len: int, chunk: int) -> int:
+    """First token position a decode with context `seq_len` attends to under chunked local attention
+    with chunks of `chunk` tokens: its own chunk's start, (seq_len - 1) // chunk * chunk (vLLM:
+    ChunkedLocalAttentionManager.get_num_skipped_tokens of the seq_len - 1 computed tokens)."""
+    return max(seq_len - 1, 0) // chunk * chunk
+
+
+def null_out_of_window(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int,
+                       window: int, null: int = PAD, chunked: bool = False) -> list[list[int]]:
+    """Tables as a sliding-window KV cache group holds them at decode: the entries of blocks wholly
+    before each sequence's window (block index < window_start // block_size) replaced by `null`.
+    With `chunked`, `window` is a local-attention chunk size and the start is `chunk_start`."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 token, got {window}")
+    out = []
+    for ids, n in zip(tables, seq_lens, strict=True):
+        first = (chunk_start(n, window) if chunked else window_start(n, window)) // block_size
+        out.append([null if j < first else b for j, b in enumerate(ids)])
+    return out
+
+
+def check_window_tables(tables: Sequence[Sequence[int]], seq_lens: Sequence[int], block_size: int,
+                        window: int, chunked: bool = False) -> None:
+    """ValueError naming the sequence and block when a table nulls (negative entry) a block that holds a
+    token of its window [max(0, L-W), L) (with `chunked`: of its chunk, from `chunk_start`), which the
+    decode would read, or has too few entries for its L tokens. Null entries before are fine."""
+    for i, (ids, n) in enumerate(zip(tables, seq_lens, strict=True)):
+        if len(ids) < blocks_needed(n, block_size):
+            raise ValueError(f"sequence {i}: {len(ids)} blocks cannot hold its {n} tokens")
+        start = chunk_start(n, window) if chunked else window_start(n, window)
+        for j in range(start // block_size, blocks_needed(n, block_size)):
+            if ids[j] < 0:
+                raise ValueError(f"sequence {i}: block {j} is null but holds tokens of the window "
+                                 f"[{start}, {n})")
+
+
+def group_block_tables(seq_tables: Sequence[Sequence[Sequence[int]]], device: str | torch.device,
+                       max_blocks: Sequence[int] | None = None) -> list[torch.Tensor]:
+    """One block table per KV cache group (vLLM's hybrid manager: one table per group and request).
+
+    seq_tables[i][g] are sequence i's block ids in group g (as `HybridAllocator.group_block_tables`
+    gives them, null entries -1); returns, per group, `make_block_table` of its rows: [num_seqs,
+    max_blocks[g]] int32 with null entries kept and the tail padded with -1 (PAD). Every sequence must
+    have the same number of groups; with no sequences there are no groups.
+    """
+    groups = {len(t) for t in seq_tables}
+    if len(groups) > 1:
+        raise ValueError(f"sequences have different numbers of KV cache groups: {sorted(groups)}")
+    num_groups = groups.pop() if groups else 0
+    if max_blocks is not None and len(max_blocks) != num_groups:
+        raise ValueError(f"max_blocks has {len(max_blocks)} entries for {num_groups} groups")
+    return [make_block_table([t[g] for t in seq_tables], device, None if max_blocks is None else max_blocks[g])
+            for g in range(num_groups)]
+
+
 def make_seq_lens(lengths: Sequence[int], device: str | torch.device) -> torch.Tensor:
     """Context lengths [num_seqs] int32 (tokens whose K/V the decode step reads, the new one included)."""
     return torch.tensor(list(lengths), dtype=torch.int32, device=device)
 
 
 def slots_for(block_ids: Sequence[int], start: int, end: int, block_size: int) -> list[int]:
-    """Slots of token positions [start, end) of a sequence with table `block_ids`: id*bs + pos % bs."""
+    """Slots of token positions [start, end) of a sequence with table `block_ids`: id*bs + pos % bs.
+
+    A position whose entry is null (negative: a block a sliding window skipped) raises ValueError.
+    """
     if end > len(block_ids) * block_size:
         raise ValueError(f"position {end - 1} is past the {len(block_ids)} blocks of the table")
+    if end > start:
+        first = start // block_size
+        nulls = [j for j, b in enumerate(block_ids[first:(end - 1) // block_size + 1], first) if b < 0]
+        if nulls:
+            raise ValueError(f"positions [{start}, {end}) reach block {nulls[0]} of the table, a null entry")
     return [block_ids[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 

@@ -35,6 +35,7 @@ from gpu_harness.kernels import copy_blocks, paged_decode, store_kv
 from gpu_harness.pool_audit import audit_pool
 from gpu_harness.reference import ref_attention
 from kvsim.engine.config import SimConfig
+from kvsim.alloc.paged import PagedAllocator
 from kvsim.engine.build import build_run
 from kvsim.specs import ModelSpec
 from kvsim.engine.step import Stepper
@@ -165,6 +166,11 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
     if cfg.cache.allocator != "paged":
         raise ValueError("the replay drives the paged allocator; run it with --allocator paged")
     parts = build_run(trace, cfg)
+    if not isinstance(parts.allocator, PagedAllocator):
+        raise ValueError(f"{cfg.deployment.model.name}: the replay drives one block table per sequence; this "
+                         "model's KV cache groups (sliding, chunked or Mamba layers) need one per group, which "
+                         "the replay does not do yet (kernels: `kvsim harness check --grid hybrid`); "
+                         "--no-hybrid-kv-cache replays it with every layer paged as full attention")
     sched, stepper = parts.scheduler, Stepper(parts.scheduler, parts.cost, cpu_seconds=parts.profile.cpu_seconds)
     pool = _Pool(shape, parts.capacity_tokens // parts.block_size, parts.block_size, device, seed)
     times, now, nxt = trace.arrival_s.tolist(), 0.0, 0

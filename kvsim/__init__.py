@@ -17,6 +17,8 @@ Traces: `load_trace`, `generate_trace`, `rescale_trace`, `Trace`. Runs: `simulat
 `measure_bookkeeping`. Reports: `Report`, `write_report`, `trace_report`, `sweep_report`, `SYSTEMS`
 (the compared systems as run flags) and the figures `plot_memory_breakdown`, `plot_timeline`,
 `plot_latency_vs_rate`, `plot_block_size`, `plot_preemptions`, `plot_bars` (matplotlib Figures).
+Hybrid models: `kv_cache_plan` (vLLM 0.33's KV cache groups and start-up figures for a SimConfig),
+`HybridStudyPlan`, `run_hybrid_study` (layouts compared per model and workload), `hybrid_report`.
 Each has a docstring with an example.
 """
 
@@ -63,6 +65,10 @@ _EXPORTS = {
     "plot_block_size": ("kvsim.planning.figures", "block_size_curve"),
     "plot_preemptions": ("kvsim.planning.figures", "preemptions"),
     "plot_bars": ("kvsim.planning.figures", "bars"),
+    "HybridStudyPlan": ("kvsim.planning.hybrid_study", "StudyPlan"),
+    "run_hybrid_study": ("kvsim.planning.hybrid_study", "run_study"),
+    "hybrid_report": ("kvsim.planning.hybrid_report", "hybrid_report"),
+    "kv_cache_plan": ("kvsim.engine.config", "kv_cache_plan"),
 }
 
 __all__ = sorted([*_EXPORTS, "RUN_FLAGS"])

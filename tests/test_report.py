@@ -131,3 +131,21 @@ def test_cli_report_refuses_existing_folder_and_reports_a_sweep(tmp_path):
     assert "Latency against request rate" in md and "Block size" not in md
     res = runner.invoke(app, ["paper", "--quick", "-o", str(tmp_path / "r")])
     assert res.exit_code == 2 and "exists" in res.output
+
+
+def test_hybrid_study_quick_report(tmp_path):
+    """`kvsim hybrid-study --quick`: gpt-oss-120b's start-up figures are vLLM's (one group of 36 layers
+    against two of 18 over the same memory) and uniform pages hold more KV per running request."""
+    out = tmp_path / "hyb"
+    res = CliRunner().invoke(app, ["hybrid-study", "--quick", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    runs = pd.read_csv(out / "data" / "runs.csv").set_index("system")
+    startup = pd.read_csv(out / "data" / "startup.csv").set_index("system")
+    assert startup.loc["vLLM hybrid manager", "kv_tokens"] > startup.loc["uniform pages", "kv_tokens"]
+    assert runs.loc["vLLM hybrid manager", "waste_vs_hybrid"] == 0
+    assert 0.2 < runs.loc["uniform pages", "waste_vs_hybrid"] < 0.6
+    assert "Jenga" in (out / "report.md").read_text()
+    res = CliRunner().invoke(app, ["hybrid-study", "--quick", "-o", str(out)])
+    assert res.exit_code == 2 and "exists" in res.output
+    res = CliRunner().invoke(app, ["hybrid-study", "--duration", "0", "-o", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--duration" in res.output

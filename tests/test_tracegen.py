@@ -37,7 +37,7 @@ def test_generate_is_deterministic_and_poisson():
 def test_generate_options():
     t = generate("alpaca", rate_rps=30.0, num_requests=500, n=4, beam_width=2, seed=0)
     assert len(t) == 500 and set(t.n.tolist()) == {4} and set(t.beam_width.tolist()) == {2}
-    with pytest.raises(ValueError, match="unknown preset 'lmsys'; known: sharegpt, alpaca"):
+    with pytest.raises(ValueError, match="unknown preset 'lmsys'; known: sharegpt, alpaca, arxiv"):
         generate("lmsys")
     with pytest.raises(ValueError, match="max_len 256 tokens is too small for preset 'sharegpt'"):
         generate("sharegpt", num_requests=5, max_len=256)

@@ -7,7 +7,8 @@ get_backend()
 
 from gpu_harness.kernels.contiguous_decode import contiguous_decode  # noqa: E402
 from gpu_harness.kernels.copy_blocks import copy_blocks  # noqa: E402
+from gpu_harness.kernels.mla_decode import mla_decode  # noqa: E402
 from gpu_harness.kernels.paged_decode import paged_decode  # noqa: E402
 from gpu_harness.kernels.store_kv import store_kv  # noqa: E402
 
-__all__ = ["contiguous_decode", "copy_blocks", "paged_decode", "store_kv"]
+__all__ = ["contiguous_decode", "copy_blocks", "mla_decode", "paged_decode", "store_kv"]

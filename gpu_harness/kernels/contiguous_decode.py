@@ -34,7 +34,7 @@ def _contiguous_decode_kernel(
     q, heads, mask_h = load_query_block(q_ptr, b, kv_head, hblock, stride_qb, stride_qh, group,
                                         head_dim, BLOCK_H, BLOCK_D, UPCAST)  # q [BLOCK_H, BLOCK_D]
     seq_len = tl.load(seq_lens_ptr + b)
-    start, end = split_range(seq_len, split, NUM_SPLITS, BLOCK_N)
+    start, end = split_range(0, seq_len, split, NUM_SPLITS, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < head_dim
     k_base = k_ptr + b.to(tl.int64) * stride_kb + kv_head * stride_kh

@@ -1,5 +1,5 @@
-"""Pieces shared by the paged and contiguous decode kernels: GQA query block, online-softmax tile update,
-split-KV ranges, result write-out, and the split merge kernel (flash-decoding stage 2).
+"""Pieces shared by the paged, contiguous and MLA decode kernels: GQA query block, online-softmax tile
+update, split-KV ranges, result write-out, and the split merge kernel (flash-decoding stage 2).
 
 One decode program handles up to DECODE_BLOCK_H query heads that share one KV head, so each K/V tile is
 loaded once per group and scored with `tl.dot` on [BLOCK_H, D] x [D, BLOCK_N] (fp32 accumulation).
@@ -33,11 +33,14 @@ def load_query_block(q_ptr, b, kv_head, hblock, stride_qb, stride_qh, group, hea
 
 
 @triton.jit
-def split_range(seq_len, split, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Token range [start, end) of split `split`: equal slices rounded up to whole tiles."""
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    end = tl.minimum(start + per_split, seq_len)
+def split_range(lo, hi, split, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Token range [start, end) of split `split` of [lo, hi): equal slices rounded up to whole tiles.
+
+    `lo` must be a multiple of BLOCK_N (0 for full attention), so every split starts on a tile boundary.
+    """
+    per_split = tl.cdiv(tl.cdiv(hi - lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = lo + split * per_split
+    end = tl.minimum(start + per_split, hi)
     return start, end
 
 
@@ -49,6 +52,15 @@ def attend_tile(q, k, v, mask_n, m_i, l_i, acc, sm_scale,
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     qk = tl.dot(q, k, input_precision=DOT_PRECISION) * sm_scale  # [BLOCK_H, BLOCK_N] fp32
+    return softmax_update(qk, v, mask_n, m_i, l_i, acc, DOT_PRECISION)
+
+
+@triton.jit
+def softmax_update(qk, v, mask_n, m_i, l_i, acc, DOT_PRECISION: tl.constexpr):
+    """Online-softmax update with one tile's scaled scores qk [H, N] (fp32) and values v [N, Dv].
+
+    Masked tokens (mask_n False) get weight 0; every tile must hold at least one unmasked token.
+    """
     qk = tl.where(mask_n[None, :], qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))  # [BLOCK_H]; finite: every tile has a valid token
     alpha = tl.exp(m_i - m_new)
@@ -98,9 +110,14 @@ def _merge_kernel(part_ptr, lse_ptr, out_ptr,
              mask=offs_d < head_dim)
 
 
-def split_buffers(q: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 partial outputs [B, Hq, S, D] and log-sum-exps [B, Hq, S] for a split launch."""
+def split_buffers(q: torch.Tensor, num_splits: int, out_dim: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 partial outputs [B, Hq, S, Dv] and log-sum-exps [B, Hq, S] for a split launch.
+
+    Dv is `out_dim` (MLA: the latent rank), by default q's last dimension.
+    """
     b, h, d = q.shape
+    d = d if out_dim is None else out_dim
     part = torch.empty((b, h, num_splits, d), dtype=torch.float32, device=q.device)
     lse = torch.empty((b, h, num_splits), dtype=torch.float32, device=q.device)
     return part, lse
@@ -135,26 +152,31 @@ def dot_options(dtype: torch.dtype, interpret: bool) -> tuple[bool, str | None]:
 
 
 def resolve_splits(q: torch.Tensor, programs: int, seq_lens: torch.Tensor, num_splits: int | None,
-                   max_seq_len: int | None) -> int:
+                   max_seq_len: int | None, span: int | None = None) -> int:
     """The split-KV factor: `num_splits` if given, else the heuristic (reads seq_lens.max() when
-    `max_seq_len` is None, a device sync). `programs` is the grid's second axis (KV-head programs)."""
+    `max_seq_len` is None, a device sync). `programs` is the grid's second axis (KV-head programs);
+    `span` (a sliding window or a local-attention chunk) caps the tokens a sequence attends to."""
     if num_splits is not None:
         if num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {num_splits}")
         return num_splits
     if max_seq_len is None:
         max_seq_len = int(seq_lens.max().item()) if seq_lens.numel() else 0
+    if span is not None:
+        max_seq_len = min(max_seq_len, span)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
     return hp.num_kv_splits(q.shape[0], programs, max_seq_len, sms)
 
 
-def output_buffers(q: torch.Tensor, num_splits: int, out: torch.Tensor | None):
+def output_buffers(q: torch.Tensor, num_splits: int, out: torch.Tensor | None, out_dim: int | None = None):
     """(out, target, lse, target strides (b, h, split), lse strides (b, h)) for a decode launch.
 
-    Unsplit, the kernel writes `out` [B, Hq, D] directly; split, it writes fp32 partials to `target`.
+    Unsplit, the kernel writes `out` [B, Hq, Dv] directly; split, it writes fp32 partials to `target`.
+    Dv is `out_dim` (MLA: the latent rank), by default q's last dimension.
     """
-    out = torch.empty_like(q) if out is None else out
+    if out is None:
+        out = torch.empty_like(q) if out_dim is None else q.new_empty((*q.shape[:2], out_dim))
     if num_splits == 1:
         return out, out, out, (out.stride(0), out.stride(1), 0), (0, 0)
-    part, lse = split_buffers(q, num_splits)
+    part, lse = split_buffers(q, num_splits, out_dim)
     return out, part, lse, part.stride()[:3], lse.stride()[:2]

@@ -47,3 +47,10 @@ def num_kv_splits(batch: int, kv_programs: int, max_seq_len: int, num_sms: int) 
 def store_tile(row_elems: int) -> int:
     """store_kv tile: one token's K row (kv_heads*head_dim elements) rounded to a power of two, capped."""
     return min(STORE_MAX_TILE, triton.next_power_of_2(row_elems))
+
+
+def mla_num_stages(kv_lora_rank: int, elem_bytes: int) -> int:
+    """Pipeline stages of the MLA decode kernel: vLLM's grouped decode (`_decode_grouped_att_m_fwd`)
+    uses 2, and 1 once a latent tile row is 1024 bf16 values wide, where 2 stages overflow shared
+    memory; here the same limit in bytes (2048 per row), so fp32 at rank 512 also gets 1 stage."""
+    return 1 if head_dim_block(kv_lora_rank) * elem_bytes >= 2048 else DECODE_NUM_STAGES

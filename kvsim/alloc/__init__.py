@@ -1,5 +1,6 @@
-"""KV-cache allocators: paged (blocks, sharing, prefix caching), contiguous (one extent per sequence) and
-hybrid (vLLM's hybrid KV cache manager: per-group block tables over one pool, kvsim/alloc/hybrid/).
+"""KV-cache allocators: paged (blocks, sharing, prefix caching), contiguous (one extent per sequence),
+hybrid (vLLM's hybrid KV cache manager: per-group block tables over one pool, kvsim/alloc/hybrid/) and
+jenga (Jenga's LCM two-level pages, each group at its own page size in bytes, kvsim/alloc/jenga/).
 
 `make_allocator` builds one from the run's settings; capacities are in token slots. Plain Python that
 imports nothing else of kvsim: only the engine's scheduler calls an allocator (and `engine.build` makes
@@ -21,11 +22,20 @@ __all__ = ["ALLOCATORS", "PLACEMENTS", "RESERVE_POLICIES", "AllocationError", "A
 
 def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_seq_len: int = 2048,
                    reserve: str = "max", placement: str = "buddy", prefix_caching: bool = False,
-                   groups=None, max_in_flight_tokens: int = 0, prefill_chunk_tokens: int | None = None):
+                   groups=None, max_in_flight_tokens: int = 0, prefill_chunk_tokens: int | None = None,
+                   pool_bytes: int = 0):
     """An allocator over `capacity_tokens` slots: "paged" gets capacity_tokens // block_size blocks
     (the remainder is unused), "contiguous" uses `max_seq_len`, `reserve` and `placement`; "hybrid"
     (`kvsim.alloc.hybrid.HybridAllocator`) gets capacity_tokens // block_size blocks shared by `groups`
-    (GroupSpecs), `max_seq_len` as vLLM's max_model_len, `max_in_flight_tokens` and `prefill_chunk_tokens`."""
+    (GroupSpecs), `max_seq_len` as vLLM's max_model_len, `max_in_flight_tokens` and `prefill_chunk_tokens`;
+    "jenga" (`kvsim.alloc.jenga.JengaAllocator`) sizes itself from `pool_bytes` (KV bytes per GPU) and its
+    `groups` (JengaGroups, each with its page bytes), ignoring `capacity_tokens`, else as "hybrid"."""
+    if kind == "jenga":
+        from .jenga import JengaAllocator
+        if not groups or pool_bytes < 1:
+            raise ValueError("the jenga allocator needs pool_bytes >= 1 and its groups (groups=[JengaGroup, ...])")
+        return JengaAllocator(pool_bytes, block_size, groups, max_seq_len, max_in_flight_tokens,
+                              prefill_chunk_tokens, prefix_caching)
     if kind == "hybrid":
         from .hybrid import HybridAllocator
         if not groups:
@@ -36,4 +46,4 @@ def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_se
         return PagedAllocator(capacity_tokens // block_size, block_size, prefix_caching=prefix_caching)
     if kind == "contiguous":
         return ContiguousAllocator(capacity_tokens, max_seq_len, reserve=reserve, placement=placement)
-    raise ValueError(f"unknown allocator {kind!r}; known: {', '.join(ALLOCATORS)}, hybrid")
+    raise ValueError(f"unknown allocator {kind!r}; known: {', '.join(ALLOCATORS)}, hybrid, jenga")

@@ -18,6 +18,7 @@ import typer
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.cli.lazy import RootGroup
+from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
 app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
@@ -32,6 +33,7 @@ class SampleLengths(str, Enum):
 class AllocatorKind(str, Enum):
     paged = "paged"
     contiguous = "contiguous"
+    jenga = "jenga"
 
 
 class Reserve(str, Enum):
@@ -69,8 +71,6 @@ MemUtilOpt = typer.Option(0.9, "--gpu-mem-util", "--gpu-memory-utilization", hel
                           "--kv-gib/--num-blocks.")
 BlockOpt = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens.")
 SeqsOpt = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences in one batch.")
-TokensOpt = typer.Option(8192, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
-                         help="Most tokens computed in one step (also sizes the activation reserve).")
 ChunkOpt = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill",
                         help="Split prompts over steps (default: the engine profile's; on for vllm-v1).")
 ProfileOpt = typer.Option("vllm-v1", "--engine-profile", help="Serving engine simulated: vllm-v1 (mixed "
@@ -83,8 +83,6 @@ PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", "--enabl
                          help="Reuse cached prompt blocks.")
 KvDtypeOpt = typer.Option("auto", "--kv-cache-dtype", help="KV cache element type: auto (the model's), "
                           "fp16, bf16 or fp8.")
-MaxLenOpt = typer.Option(None, "--max-model-len", min=1, help="Longest prompt + output served, tokens "
-                         "(default: the model's maximum); sizes the contiguous `max` reservation.")
 CalOpt = typer.Option(None, "--calibration", help="Calibration JSON from `kvsim harness calibrate`.")
 ForceCalOpt = typer.Option(False, "--force-calibration", help="Accept interpreter (CPU) timings anyway.")
 FormatOpt = typer.Option("auto", "--format", help="Trace format: auto, jsonl, azure, mooncake, vidur.")
@@ -92,6 +90,7 @@ HashBlockOpt = typer.Option(None, "--hash-block-size", min=1, help="Tokens per b
                             "block_hashes (Mooncake: 512; default: the trace's own, else --block-size).")
 JsonOpt = typer.Option(None, "--json", help="Write the summary as JSON here.")
 QuietOpt = typer.Option(False, "--quiet", help="No progress bar and no table.")
+
 MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the trace's first N requests.")
 
 
@@ -131,6 +130,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
         max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
+        hybrid_kv_cache: Optional[bool] = HybridOpt,
         swap_multi_seq: bool = typer.Option(False, "--swap-multi-seq", help="Preempt requests with more "
                                             "than one sequence (n > 1, beams) by swap even under "
                                             "--preemption recompute (vLLM 2023)."),
@@ -163,7 +163,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
-                                         placement=placement.value),
+                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))

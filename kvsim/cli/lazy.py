@@ -54,6 +54,11 @@ LAZY: dict[str, LazyCommand] = {
         "The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate "
         "per system, memory breakdown, batched requests, block size, recompute against swap; our numbers beside "
         "the published ones."),
+    "hybrid-study": LazyCommand(
+        "kvsim.cli.report:hybrid_study_cmd",
+        "Hybrid models (gpt-oss, Gemma 3, Llama 4) under uniform pages, vLLM's hybrid KV cache manager and "
+        "contiguous reservations: start-up figures, simulated batch and KV per request; Jenga's published "
+        "figures beside ours."),
     "trace": LazyCommand(
         "kvsim.cli.trace:trace_app",
         "Make, convert and describe request traces (JSONL, one request per line)."),

@@ -193,10 +193,40 @@ def print_startup(cfg) -> None:
     blocks = f" ({capacity // block:,} blocks of {block})" if paged else " (contiguous)"
     per_request = -(-max_len // block) * block if paged else max_len
     console.print(f"INFO engine profile {profile.name}: {policy}{chunked}, {cpu}", highlight=False)
+    if print_hybrid_startup(cfg, capacity):
+        return
     console.print(f"INFO KV cache size: {capacity:,} tokens{blocks}, "
                   f"{cfg.deployment.kv_bytes_per_token() / 1024:,.0f} KiB per token", highlight=False)
     console.print(f"INFO Maximum concurrency for {max_len:,} tokens per request: {capacity / per_request:.2f}x",
                   highlight=False)
+
+
+def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
+    """For a model with layers other than full attention: vLLM 0.33's start-up lines (its KV cache
+    groups, num_blocks, "GPU KV cache size" and "Maximum concurrency", `kvsim.specs.kv_groups`) and,
+    with `simulated_tokens`, how the simulation holds the cache. False for other models."""
+    from kvsim.engine.build import hybrid_groups
+    from kvsim.engine.config import kv_cache_plan
+    from kvsim.specs.layers import describe
+    plan = kv_cache_plan(cfg)
+    if plan is None:
+        return False
+    kinds = ", ".join(f"{g.kind}" + (f" W{g.window}" if g.window else f" C{g.chunk}" if g.chunk else "")
+                      + f" x{g.num_layers}" for g in plan.groups)
+    console.print(f"INFO {cfg.deployment.model.name}: {describe(cfg.deployment.model.groups)}; "
+                  f"{len(plan.groups)} KV cache group(s) ({kinds}), block size {plan.block_size}, "
+                  f"{plan.bytes_per_block:,} bytes per block per GPU, num_blocks {plan.num_blocks:,}"
+                  f"{'' if plan.hybrid else ' (hybrid KV cache manager off)'}", highlight=False)
+    console.print(f"INFO GPU KV cache size: {plan.capacity_tokens:,} tokens", highlight=False)
+    console.print(f"INFO Maximum concurrency for {plan.max_model_len:,} tokens per request: "
+                  f"{plan.max_concurrency:.2f}x", highlight=False)
+    if plan.note:
+        console.print(f"note: {plan.note}", highlight=False)
+    if simulated_tokens is not None and hybrid_groups(plan) is not None:
+        console.print(f"INFO simulated as vLLM's hybrid KV cache manager: {len(plan.groups)} groups, one block "
+                      f"table each, sharing {plan.num_blocks:,} blocks of {plan.block_size} tokens "
+                      f"({plan.num_blocks * plan.block_size:,} token slots)", highlight=False)
+    return True
 
 
 def warn_swap_fallbacks(summary: dict, swap_gib: float) -> None:

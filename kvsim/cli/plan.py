@@ -16,6 +16,8 @@ from typing import Iterator, List, Optional
 
 import typer
 
+from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+
 TraceArg = typer.Argument(None, metavar="[TRACE]", help="Trace file (kvsim JSONL, Azure CSV, Mooncake "
                           "JSONL, Vidur CSV); default: a synthetic trace of --preset.")
 PresetOpt = typer.Option(None, "--preset", help="Length distribution and Poisson arrivals: sharegpt or "
@@ -74,8 +76,8 @@ def capacity(
                                        "KV when no --kv-gib/--num-blocks."),
     block_size: int = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens."),
     placement: str = typer.Option("buddy", "--placement", help="Contiguous placement: buddy|first-fit."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="Maximum model length, "
-                                                "tokens (default: the model's)."),
+    max_model_len: Optional[int] = MaxLenOpt, max_batched_tokens: int = TokensOpt,
+    hybrid_kv_cache: Optional[bool] = HybridOpt,
     set_flags: List[str] = SetOpt,
     slo: List[str] = typer.Option([], "--slo", metavar="METRIC=LIMIT", help="Latency target: ttft|tpot|e2e"
                                   "_p50|p90|p99|mean in s, or normalized_latency in s/token; repeatable. "
@@ -106,7 +108,8 @@ def capacity(
             raise ValueError("--gpus-for needs at least one --slo")
         flags = dict(model=model, gpu=gpu, tp=tp, kv_gib=kv_gib, num_blocks=num_blocks,
                      gpu_mem_util=gpu_mem_util, block_size=block_size, placement=placement,
-                     max_model_len=max_model_len,
+                     max_model_len=max_model_len, max_batched_tokens=max_batched_tokens,
+                     hybrid_kv_cache=hybrid_kv_cache,
                      model_config=str(model_config) if model_config else None)
         flags.update({k: _literal(v) for k, v in _pairs(set_flags, "--set")})
         slo_limits = rt.parse_slo(slo) if slo else None
@@ -119,6 +122,12 @@ def capacity(
         static = cap.static_capacity(lengths=lengths, seed=seed, **flags)
         out = {"static": static.to_dict("records")}
         _print_static(console, static, lengths if isinstance(lengths, str) else trace.name)
+        from kvsim.cli.output import print_hybrid_startup
+        from kvsim.planning.runs import make_config
+        if print_hybrid_startup(make_config(**flags)):
+            console.print("note: the paged row's KV tokens, blocks and concurrency at the maximum length are "
+                          "vLLM's; mean slots/req, max conc. and the contiguous rows size every layer as "
+                          "full attention", highlight=False)
         if slo_limits:
             res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
                               rel_tol=rel_tol, max_runs=max_runs, workers=workers, **flags)

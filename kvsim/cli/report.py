@@ -203,3 +203,28 @@ def paper_cmd(
         res = run_paper(QUICK if quick else FULL, workers=workers or os.cpu_count())
         write_report(paper_report(res), out, force)
     typer.echo(f"wrote {out}/report.md and {out}/report.html ({res.wall_s:.0f} s of runs)")
+
+
+def hybrid_study_cmd(
+    out: Path = typer.Option(Path("reports/hybrid-models"), "-o", "--out", help="Report folder."),
+    quick: bool = typer.Option(False, "--quick", help="gpt-oss-120b on the ShareGPT-like trace only, 30 s "
+                               "(seconds; for tests)."),
+    duration: float = typer.Option(600.0, help="Trace length, seconds (ignored with --quick)."),
+    force: bool = ForceOpt,
+) -> None:
+    """Hybrid models (gpt-oss, Gemma 3, Llama 4) under uniform pages, vLLM's hybrid KV cache manager and
+    contiguous reservations: start-up figures, simulated batch and KV per request; Jenga's published
+    figures beside ours."""
+    from dataclasses import replace
+
+    from kvsim.planning.report import check_out_dir, write_report
+
+    with _user_errors():
+        if not duration > 0:
+            raise ValueError(f"--duration must be > 0 seconds, got {duration}")
+        check_out_dir(out, force)
+        from kvsim.planning.hybrid_report import hybrid_report
+        from kvsim.planning.hybrid_study import QUICK, StudyPlan, run_study
+        plan = QUICK if quick else replace(StudyPlan(), duration_s=duration)
+        write_report(hybrid_report(run_study(plan), plan), out, force)
+    typer.echo(f"wrote {out}/report.md and {out}/report.html")

@@ -23,7 +23,7 @@ trace_app = typer.Typer(help="Make, convert and describe request traces (JSONL, 
 #: The names in the help texts (`kvsim.trace.formats.FORMATS`, `kvsim.trace.synthetic.PRESETS`; a test keeps
 #: them equal), spelled out so that `--help` loads neither numpy nor the trace readers.
 FORMAT_NAMES = ("auto", "jsonl", "azure", "mooncake", "vidur")
-PRESET_NAMES = ("sharegpt", "alpaca")
+PRESET_NAMES = ("sharegpt", "alpaca", "arxiv")
 FORMAT_HELP = f"Input format: {'|'.join(FORMAT_NAMES)} (auto: detected from the first line)."
 
 
@@ -39,7 +39,8 @@ def _user_errors() -> Iterator[None]:
 
 @trace_app.command()
 def gen(
-    preset: str = typer.Option(..., help=f"Length distribution: {'|'.join(PRESET_NAMES)} (vLLM paper means)."),
+    preset: str = typer.Option(..., help=f"Length distribution: {'|'.join(PRESET_NAMES)} (sharegpt, alpaca: the "
+                               "vLLM paper's means; arxiv: arXiv summarization, long prompts)."),
     out: Path = typer.Option(..., "-o", "--out", help="Output JSONL file."),
     rate: float = typer.Option(2.0, help="Poisson arrival rate, requests per second."),
     duration: float = typer.Option(3600.0, help="Trace length in seconds (ignored with --num-requests)."),

@@ -8,6 +8,7 @@ names its source, and docs/cost-model.md states how far the model is from real p
 from __future__ import annotations
 
 from kvsim.cost.calibration import Calibration
+from kvsim.cost.layer_kinds import CappedAttention, CappedGroup
 from kvsim.specs import Deployment, ModelSpec
 
 #: Fixed CPU time per engine step (scheduling, input preparation, sampling, output processing): the
@@ -116,9 +117,17 @@ class CostModel:
         self._act_s_per_token = (ACTIVATION_HIDDENS_PER_TOKEN * model.hidden_size * model.dtype_bytes
                                  * layers / (hbm * LINEAR_HBM_EFFICIENCY))
         # Prefill attention: seconds per query-key pair (causal halving included) and per step.
-        attn_flops_per_pair = 4 * layers * model.num_heads * model.head_dim / 2 / tp
-        self._prefill_s_per_pair = attn_flops_per_pair / (flops * PREFILL_ATTN_FLOP_EFFICIENCY)
-        self._prefill_fixed_s = layers * PREFILL_ATTN_FIXED_S
+        attn_layers, full_layers, read_bytes_per_token = layers, layers, kv_bytes
+        if model.layer_groups:          # hybrid: sliding/chunked layers are priced apart, Mamba has none
+            attn_layers = sum(g.num_layers for g in model.layer_groups)      # a kernel launch each
+            full = [g for g in model.layer_groups if g.kind in ("full", "mla")]
+            full_layers = sum(g.num_layers for g in full)
+            read_bytes_per_token = sum(g.bytes_per_token(tp, model.kv_bytes) for g in full)
+
+        def s_per_pair(n_layers: int) -> float:     # (the 2023 expression, bit for bit)
+            return 4 * n_layers * model.num_heads * model.head_dim / 2 / tp / (flops * PREFILL_ATTN_FLOP_EFFICIENCY)
+        self._prefill_s_per_pair = s_per_pair(full_layers)
+        self._prefill_fixed_s = attn_layers * PREFILL_ATTN_FIXED_S
         # Decode attention (paged factor folded in) and KV writes.
         if calibration is None:
             factor = default_paged_overhead(block_size) if paged else 1.0
@@ -131,10 +140,17 @@ class CostModel:
             decode_rate = calibration.decode_attn_bytes_per_s
             store_fixed, store_rate = calibration.store_kv_fixed_s, calibration.store_kv_bytes_per_s
         self.paged_overhead = factor
-        self._decode_fixed_s = factor * layers * decode_fixed
-        self._decode_s_per_seq = factor * layers * decode_per_seq
-        self._decode_s_per_token = factor * kv_bytes / decode_rate
-        self._store_fixed_s = layers * store_fixed
+        self._decode_fixed_s = factor * attn_layers * decode_fixed
+        self._decode_s_per_seq = factor * attn_layers * decode_per_seq
+        self._decode_s_per_token = factor * read_bytes_per_token / decode_rate
+        # sliding / chunked layers (priced per sequence, `capped`); Mamba: its state read and written
+        self.capped = CappedAttention([
+            CappedGroup(g.kind, g.window or g.chunk, factor * g.bytes_per_token(tp, model.kv_bytes) / decode_rate,
+                        s_per_pair(g.num_layers))
+            for g in model.layer_groups if g.kind in ("sliding", "chunked")])
+        if model.state_bytes_per_request(tp):
+            self._decode_s_per_seq += 2 * model.state_bytes_per_request(tp) / (hbm * DECODE_ATTN_HBM_EFFICIENCY)
+        self._store_fixed_s = attn_layers * store_fixed
         self._store_s_per_token = kv_bytes / store_rate
         # All-reduce: two per layer of tokens x hidden x dtype bytes (none without tensor parallelism).
         ring = 2 * (tp - 1) / tp

@@ -8,10 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvsim.alloc import make_allocator
-from kvsim.engine.config import SimConfig, kv_capacity
+from kvsim.alloc.hybrid import GroupSpec
+from kvsim.engine.config import SimConfig, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
 from kvsim.engine.scheduler import Scheduler
+from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, KVCachePlan
 from kvsim.specs.model import GIB
 from kvsim.engine.static_batching import StaticScheduler
 from kvsim.trace.table import Trace
@@ -38,18 +40,76 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     dep, cache = cfg.deployment, cfg.cache
     paged = cache.allocator == "paged"
     block_size = cache.block_size if paged else 1
-    capacity = kv_capacity(cfg)
-    alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
-                           max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
-                           placement=cache.placement, prefix_caching=cache.prefix_caching)
+    plan = kv_cache_plan(cfg) if paged else None
+    if cache.allocator == "jenga":
+        alloc = jenga_allocator(cfg)
+        capacity, block_size = alloc.capacity_tokens, cache.block_size
+    elif plan is None:
+        capacity = kv_capacity(cfg)
+        alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
+                               max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
+                               placement=cache.placement, prefix_caching=cache.prefix_caching)
+    else:                           # layers other than full attention: vLLM's KV cache groups
+        block_size = plan.block_size
+        capacity = plan.num_blocks * block_size
+        alloc = _plan_allocator(plan, cfg, capacity)
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
     block_ids = None
+    page = cache.block_size if plan is None else plan.block_size     # tokens per block (attention)
     if cache.prefix_caching:
         def block_ids(i: int) -> list[int]:
-            return trace.prompt_block_ids(i, cache.block_size)
+            return trace.prompt_block_ids(i, page)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
-    cost = CostModel(dep, cache.block_size, penalty, cfg.calibration,
+    cost = CostModel(dep, page, penalty, cfg.calibration,
                      step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)
     return RunParts(alloc, sched, cost, capacity, block_size, profile)
+
+
+def hybrid_groups(plan: KVCachePlan) -> list[GroupSpec] | None:
+    """The allocator's KV cache groups for `plan` (vLLM's group order; MLA pages like full attention),
+    or None when every group keeps every token (one group, or the hybrid manager off): a plain paged
+    pool of `plan.num_blocks` blocks then behaves as vLLM does."""
+    if not plan.hybrid or all(g.kind in ("full", "mla") for g in plan.groups):
+        return None
+    return [GroupSpec("full" if g.kind == "mla" else g.kind, window=g.window or 0, chunk=g.chunk or 0)
+            for g in plan.groups]
+
+
+def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
+    """The allocator over `plan`'s pool: vLLM's hybrid KV cache manager (`kvsim.alloc.hybrid`) for
+    groups that free blocks (sliding, chunked) or hold a state (Mamba), else the paged allocator."""
+    cache, sched = cfg.cache, cfg.scheduler
+    groups = hybrid_groups(plan)
+    if groups is None:
+        return make_allocator("paged", capacity, block_size=plan.block_size, prefix_caching=cache.prefix_caching)
+    return make_allocator("hybrid", capacity, block_size=plan.block_size, max_seq_len=plan.max_model_len,
+                          prefix_caching=cache.prefix_caching, groups=groups,
+                          max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
+                          prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)
+
+
+def jenga_allocator(cfg: SimConfig):
+    """Jenga's two-level allocator (`kvsim.alloc.jenga`) over the deployment's KV bytes per GPU: one group per
+    layer kind and window, each with its natural page (its layers' K+V, or MLA latent, bytes for
+    `block_size` tokens; a Mamba group's whole state per request), large pages their LCM."""
+    from kvsim.alloc.jenga import groups_from_layers
+    dep, cache, sched = cfg.deployment, cfg.cache, cfg.scheduler
+    model, tp = dep.model, dep.tp
+    if cache.kv_gib is not None:
+        if not 0 < cache.kv_gib < float("inf"):
+            raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
+        pool = int(cache.kv_gib * GIB // tp)
+    else:
+        pool = int(dep.kv_memory_per_gpu(cache.gpu_mem_util, sched.max_batched_tokens))
+    layers = []
+    for g in model.groups:
+        kind = "full" if g.kind == "mla" else g.kind
+        per_layer = g.state.bytes_per_gpu(tp) if g.kind == "mamba" else g.page_bytes_per_token(tp, model.kv_bytes)
+        layers += [(kind, g.window or g.chunk or 0, per_layer)] * g.num_layers
+    groups = groups_from_layers(layers, cache.block_size)
+    return make_allocator("jenga", 0, block_size=cache.block_size, max_seq_len=model.max_seq_len,
+                          prefix_caching=cache.prefix_caching, groups=groups, pool_bytes=pool,
+                          max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
+                          prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)

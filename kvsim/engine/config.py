@@ -12,7 +12,8 @@ from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.engine.samples import SAMPLE_LENGTHS
 from kvsim.cost.calibration import Calibration
 from kvsim.cost.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
-from kvsim.specs import Deployment
+from kvsim.specs import GIB, Deployment
+from kvsim.specs.kv_groups import KVCachePlan, plan_kv_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +66,15 @@ class CacheConfig:
     num_blocks: int | None = None   # blocks of the whole deployment
     gpu_mem_util: float = 0.9
     swap_gib: float = 4.0           # CPU swap space per GPU, GiB (vLLM's default)
+    hybrid_kv_cache: bool | None = None   # vLLM's hybrid KV cache manager: None its default, False
+                                          # --disable-hybrid-kv-cache-manager (every layer full attention)
 
     def __post_init__(self) -> None:
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}")
+        if self.allocator not in (*ALLOCATORS, "jenga"):
+            raise ValueError(f"unknown allocator {self.allocator!r}; known: {', '.join(ALLOCATORS)}, jenga")
+        if self.allocator == "jenga" and self.num_blocks is not None:
+            raise ValueError("--allocator jenga sizes its pool in bytes: give --kv-gib or --gpu-mem-util, "
+                             "not --num-blocks")
         if self.block_size < 1:
             raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
         if not 0 <= self.swap_gib < float("inf"):
@@ -124,3 +130,26 @@ def kv_capacity(cfg: SimConfig) -> int:
     if capacity < block_size:
         raise ValueError(f"--block-size {block_size} is larger than the whole KV cache ({capacity} token slots)")
     return capacity - capacity % block_size
+
+
+def kv_cache_plan(cfg: SimConfig) -> KVCachePlan | None:
+    """vLLM 0.33's KV cache groups and start-up figures (`kvsim.specs.kv_groups`) for a model with
+    layers other than full attention; None for an all-full-attention model (`kv_capacity` gives its
+    figures, unchanged). KV memory per GPU: `--kv-gib` / tp, `--num-blocks` blocks, or what the GPU
+    leaves at `--gpu-mem-util`."""
+    dep, cache = cfg.deployment, cfg.cache
+    if not dep.model.is_hybrid:
+        return None
+    if cache.kv_gib is not None and cache.num_blocks is not None:
+        raise ValueError("give --kv-gib or --num-blocks, not both")
+    if cache.num_blocks is not None and cache.num_blocks <= 0:
+        raise ValueError(f"--num-blocks must be positive, got {cache.num_blocks}")
+    if cache.kv_gib is not None and not 0 < cache.kv_gib < float("inf"):
+        raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
+    kv_bytes = None
+    if cache.num_blocks is None:
+        kv_bytes = (int(cache.kv_gib * GIB // dep.tp) if cache.kv_gib is not None else
+                    int(dep.kv_memory_per_gpu(cache.gpu_mem_util, cfg.scheduler.max_batched_tokens)))
+    return plan_kv_cache(dep.model, dep.tp, cache.block_size, kv_bytes_per_gpu=kv_bytes,
+                         num_blocks=cache.num_blocks, max_num_batched_tokens=cfg.scheduler.max_batched_tokens,
+                         hybrid=cache.hybrid_kv_cache, prefix_caching=cache.prefix_caching)

@@ -53,6 +53,11 @@ class LazyDecodes:
                 key += 1
         self._joins = key
 
+    def keep_contexts_exact(self) -> None:
+        """Keep every request's `kv_len` current at each step (no lazy members), for a cost model that
+        prices each sequence's own context (`step_contexts`). Call before the first step."""
+        self._lazy = False
+
     def _sync(self, i: int) -> None:
         """Bring member `i`'s `kv_len` and `generated` up to `_gen_clock` (exact between steps;
         during a step that grew the batch, `kv_len` is one behind until the step emits)."""

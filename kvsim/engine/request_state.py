@@ -260,6 +260,19 @@ class SchedulerBase:
         """The allocator's memory breakdown now, judged against the head of the queue."""
         return self.alloc.stats(*self.head_of_queue()) if self.waiting else self.alloc.stats()
 
+    def step_contexts(self, plan: StepPlan) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """`plan`'s prefill chunks as (tokens, context after the chunk) and its decodes as (context with
+        the new token, sequences), for cost models that price each sequence's own context."""
+        kv_len, left, n = self.kv_len, self.prefill_left, self.n
+        return ([(q, max(kv_len[i] - left[i], q)) for i, q in plan.prefills],
+                [(kv_len[i], n[i]) for i in plan.decodes])
+
+    def window_contexts(self) -> list[tuple[int, int]]:
+        """(context with the next token, sequences) of each running request: the first step of a
+        fast-forward window (`steady_decodes`)."""
+        kv_len, n = self.kv_len, self.n
+        return [(kv_len[i] + 1, n[i]) for i in self.running]
+
     def computed_tokens(self, i: int) -> int:
         """KV slots of request `i` (each sequence) computed so far: prompt chunks and outputs."""
         return self.kv_len[i] - self.prefill_left[i]

@@ -112,12 +112,18 @@ class Stepper:
         self.cpu_seconds = cpu_seconds
         self.swap_s = 0.0
         self._bound = getattr(cost, "compute_bound", None)
+        # sliding / chunked layers are priced from each sequence's own context (kvsim.cost.layer_kinds)
+        self._capped = getattr(cost, "capped", None) or None
+        if self._capped is not None:
+            scheduler.keep_contexts_exact()
 
     # -- timing: the one place a step's duration is computed -------------------------------------
     def step_seconds(self, plan: StepPlan) -> float:
         """Duration of the step `plan` describes: kernels, plus PCIe time for its swap traffic."""
         duration = self.cost.step_time(plan.prefill_tokens, plan.prefill_attn_tokens,
                                        plan.decode_seqs, plan.decode_context_tokens)
+        if self._capped is not None:
+            duration += self._capped.time(*self.sched.step_contexts(plan))
         if plan.swap_tokens:
             swap = self.cost.swap_time(plan.swap_tokens)
             self.swap_s += swap
@@ -126,11 +132,13 @@ class Stepper:
             duration += self.cpu_seconds(plan.decode_seqs + len(plan.prefills))
         return duration
 
-    def decode_seconds(self, num_seqs: int, first_context: int, steps: int) -> list[float]:
+    def decode_seconds(self, num_seqs: int, first_context: int, steps: int,
+                       contexts: Sequence[tuple[int, int]] = ()) -> list[float]:
         """Durations of `steps` decode-only steps of `num_seqs` sequences reading `first_context`
         context tokens in the first and `num_seqs` more in each next one (a window): the same as
         `step_seconds` of each such step (kernels, then the profile's CPU time), computed at once when
-        the cost model can."""
+        the cost model can. `contexts`: (context, sequences) per request at the first step, for a cost
+        model that prices sliding or chunked layers per sequence."""
         at_once = getattr(self.cost, "decode_step_times", None)
         if at_once is not None:
             durations = at_once(num_seqs, first_context, steps)
@@ -138,6 +146,8 @@ class Stepper:
             step_time = self.cost.step_time
             durations = [step_time(0, 0, num_seqs, c)
                          for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
+        if self._capped is not None:
+            durations = [d + c for d, c in zip(durations, self._capped.window_times(contexts, steps).tolist())]
         if self.cpu_seconds is not None:
             cpu = self.cpu_seconds(num_seqs)
             durations = [d + cpu for d in durations]
@@ -191,13 +201,15 @@ class Stepper:
         if steps < 2:
             return None
         num_seqs = len(ids)
+        contexts = sched.window_contexts() if self._capped is not None else ()
         if not sched.waiting and next_arrival < len(times):
-            # the next arrival ends the window (it would be admitted); steps only lengthen, so
+            # the next arrival ends the window (it would be admitted); steps only lengthen (or, at a
+            # chunked layer's chunk boundary, shorten: the window is then only cut shorter), so
             # none starting after the first's duration x this many can be in it
-            first = self.decode_seconds(num_seqs, context + num_seqs, 1)[0]
+            first = self.decode_seconds(num_seqs, context + num_seqs, 1, contexts)[0]
             if first > 0:
                 steps = min(steps, int((times[next_arrival] - now) / first) + 2)
-        durations = self.decode_seconds(num_seqs, context + num_seqs, steps)
+        durations = self.decode_seconds(num_seqs, context + num_seqs, steps, contexts)
         ends = list(accumulate(durations, initial=now))     # ends[j] = start of step j
         k, waiting = self._arrivals_in(ends, steps, next_arrival, len(sched.waiting))
         # the window's end is the next step's start: no tie with an arrival, and exactly reachable

@@ -102,7 +102,8 @@ def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | N
                     **flags: Any) -> pd.DataFrame:
     """One row per allocator (`ALLOCATORS`): `capacity_tokens`, `block_size`, `num_blocks`,
     `max_model_len`, `max_concurrency_at_max_len` (paged: blocks / blocks per max-length request, as vLLM
-    prints it; contiguous: whole max-length reservations that fit), and for `lengths` (a preset name, a
+    prints it, by vLLM's KV cache groups for sliding / chunked / MLA / Mamba layers,
+    `kvsim.engine.config.kv_cache_plan`; contiguous: whole max-length reservations that fit), and for `lengths` (a preset name, a
     Trace, or None to skip; parallel samples ignored) `mean_slots_per_request` (peak slots held or
     reserved, with placement padding), `max_concurrency` (capacity / that mean) and `ratio_to_max`.
     Configuration from `config` and/or flat run `flags` (`model`, `gpu`, `tp`, `kv_gib`, `block_size`, ...).
@@ -111,9 +112,12 @@ def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | N
     >>> round(df.loc["paged", "ratio_to_max"]), round(df.loc["contiguous-oracle", "max_concurrency"])
     (27, 141)
     """
+    from kvsim.engine.config import kv_cache_plan
+
     cfg = make_config(config, **flags)
     dep, cache = cfg.deployment, cfg.cache
     capacity = capacity_tokens(cfg)
+    plan = kv_cache_plan(cfg)            # vLLM's figures for sliding / chunked / MLA / Mamba layers
     max_len = dep.model.max_seq_len           # the model's, or the `max_model_len` flag
     bs = cache.block_size
     rows = []
@@ -123,6 +127,9 @@ def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | N
             blocks = capacity // bs
             row = {"allocator": name, "capacity_tokens": blocks * bs, "block_size": bs, "num_blocks": blocks,
                    "max_model_len": max_len, "max_concurrency_at_max_len": blocks / -(-max_len // bs)}
+            if plan is not None:
+                row.update(capacity_tokens=plan.capacity_tokens, block_size=plan.block_size,
+                           num_blocks=plan.num_blocks, max_concurrency_at_max_len=plan.max_concurrency)
         else:
             policy = name.split("-", 1)[1]
             row = {"allocator": name, "capacity_tokens": capacity, "block_size": 1, "num_blocks": capacity,

@@ -197,3 +197,29 @@ def lines(df: pd.DataFrame, x: str, y: str, hue: str, xlabel: str, ylabel: str, 
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=10)
     return fig
+
+
+def grouped_bars(df: pd.DataFrame, x: str, y: str, hue: str, ylabel: str, title: str,
+                 logy: bool = False) -> Figure:
+    """Bars of `y` per value of `x` (groups, in order of appearance), one colour per value of `hue`.
+
+    >>> import kvsim, pandas as pd
+    >>> from kvsim.planning.figures import grouped_bars
+    >>> df = pd.DataFrame({"model": ["a", "a", "b", "b"], "layout": ["u", "h", "u", "h"], "mib": [4, 2, 8, 3]})
+    >>> [float(p.get_height()) for p in grouped_bars(df, "model", "mib", "layout", "MiB", "t").axes[0].patches]
+    [4.0, 8.0, 2.0, 3.0]
+    """
+    groups, hues = list(dict.fromkeys(df[x])), list(dict.fromkeys(df[hue]))
+    fig, (ax,) = _figure(max(5.0, 1.6 * len(groups) + 2.5))
+    width = 0.8 / len(hues)
+    for j, h in enumerate(hues):
+        sub = df[df[hue] == h].set_index(x)[y]
+        ax.bar([i + (j - (len(hues) - 1) / 2) * width for i in range(len(groups))],
+               [float(sub.get(g, float("nan"))) for g in groups], width=width, label=str(h))
+    ax.set_xticks(range(len(groups)), groups, fontsize=8)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, title=hue, title_fontsize=7)
+    ax.set_title(title, fontsize=10)
+    return fig

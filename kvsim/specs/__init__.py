@@ -1,6 +1,8 @@
-"""What is served on what: a model as its shape (`model`), GPUs (`gpu`), presets (`presets`), a model on
-tensor-parallel GPUs and its KV capacity (`deployment`), and Hugging Face config.json reading
-(`hf_config`). Imports only the standard library and `kvsim.files`; everything else imports it.
+"""What is served on what: a model as its shape (`model`) and its layers by kind (`layers`: full,
+sliding, chunked, MLA, Mamba), GPUs (`gpu`), presets (`presets`, `presets_hybrid`), a model on
+tensor-parallel GPUs and its KV capacity (`deployment`), vLLM 0.33's KV cache groups and start-up
+figures (`kv_groups`), and Hugging Face config.json reading (`hf_config`, `hf_layers`). Imports only
+the standard library and `kvsim.files`; everything else imports it.
 
 The everyday names are re-exported here: `ModelSpec`, `GpuSpec`, `Deployment`, `get_model`, `get_gpu`,
 `GIB`.

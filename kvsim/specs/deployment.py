@@ -55,6 +55,8 @@ class Deployment:
             raise ValueError(f"--tp {self.tp}: {m.name}'s {m.num_kv_heads} KV heads can be neither split "
                              f"evenly nor replicated evenly over {self.tp} GPUs (tp must divide "
                              f"{m.num_kv_heads} or be a multiple of it)")
+        for group in m.layer_groups:
+            group.check_tp(self.tp, m.name)
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token on all `tp` GPUs together (replicated KV heads count on each)."""
@@ -80,6 +82,12 @@ class Deployment:
             if not math.isfinite(kv_gib) or kv_gib <= 0:
                 raise ValueError(f"--kv-gib must be positive and finite, got {kv_gib}")
             return _bounded(int(math.floor(kv_gib * GIB / per_token)), f"--kv-gib {kv_gib:g}")
+        per_gpu = self.kv_memory_per_gpu(gpu_mem_util, max_batched_tokens)
+        return _bounded(int(math.floor(per_gpu * self.tp / per_token)), f"--tp {self.tp}")
+
+    def kv_memory_per_gpu(self, gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192) -> float:
+        """Bytes each GPU leaves for the KV cache: its memory x `gpu_mem_util` minus its share of the
+        weights and `activation_reserve_bytes(model, max_batched_tokens)` (vLLM's available KV memory)."""
         if not 0 < gpu_mem_util <= 1:
             raise ValueError(f"--gpu-mem-util must be in (0, 1], got {gpu_mem_util}")
         per_gpu = (self.gpu.memory_bytes * gpu_mem_util - self.model.weight_bytes / self.tp
@@ -87,7 +95,7 @@ class Deployment:
         if per_gpu <= 0:
             raise ValueError(f"{self.model.name} on {self.tp} x {self.gpu.name} at gpu-mem-util "
                              f"{gpu_mem_util}: weights leave no memory for the KV cache")
-        return _bounded(int(math.floor(per_gpu * self.tp / per_token)), f"--tp {self.tp}")
+        return per_gpu
 
 
 def _bounded(capacity_tokens: int, source: str) -> int:

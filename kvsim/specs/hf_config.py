@@ -13,12 +13,14 @@ import json
 from pathlib import Path
 
 from kvsim.files import read_json_object
+from kvsim.specs.hf_layers import layer_groups, layer_kinds, mixer_params
 from kvsim.specs.model import ModelSpec
 
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
 
-#: quant_method -> bytes per weight when the config gives no bit width (fp8 variants store one byte).
-_FIXED_BYTES = {"fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0}
+#: quant_method -> bytes per weight when the config gives no bit width (fp8 variants store one byte;
+#: MXFP4, gpt-oss's experts: 4-bit values plus one 8-bit scale per 32 weights = 4.25 bits).
+_FIXED_BYTES = {"fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "mxfp4": 4 / 8 + 1 / 32}
 #: Integer methods with `bits` and `group_size`: each group of g weights also stores an fp16 scale and
 #: a `bits`-wide zero point, so bytes per weight = bits / 8 + (2 + bits / 8) / g (g = -1: per channel).
 _GROUPED = ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin")
@@ -63,7 +65,8 @@ def _quant_int(quant: dict, keys: tuple[str, ...], default: int, low: int, where
 #: Integer fields read from a config: shapes must be >= 1, counts and optional sizes >= 0.
 _SHAPES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
            "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "max_position_embeddings",
-           "n_positions", "max_seq_len", "vocab_size")
+           "n_positions", "max_seq_len", "vocab_size", "kv_lora_rank", "qk_rope_head_dim",
+           "attention_chunk_size", "attention_head_dim")
 _COUNTS = ("intermediate_size", "ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
            "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
            "first_k_dense_replace")
@@ -79,13 +82,33 @@ def _check_integers(cfg: dict, path: Path) -> None:
             raise ValueError(f"{path}: field {key!r} must be an integer >= {low}, got {json.dumps(value)}")
 
 
+def _text_config(cfg: dict, path: Path) -> dict:
+    """The language model's config: a multimodal wrapper's `text_config` (Gemma 3, Llama 4), with the
+    wrapper's dtype, quantization and name where it does not give its own."""
+    text = cfg.get("text_config")
+    if text is None:
+        return cfg
+    if not isinstance(text, dict):
+        raise ValueError(f"{path}: field 'text_config' must be an object")
+    inherited = ("torch_dtype", "dtype", "quantization_config", "_name_or_path")
+    text = {**{k: cfg[k] for k in inherited if k in cfg}, **text}
+    return {**_TEXT_DEFAULTS.get(str(text.get("model_type")), {}), **text}
+
+
+#: transformers' defaults for fields a multimodal checkpoint's text_config leaves out
+#: (Gemma3TextConfig: max_position_embeddings 131072, vocab_size 262208, tied embeddings).
+_TEXT_DEFAULTS = {"gemma3_text": {"max_position_embeddings": 131072, "vocab_size": 262208,
+                                  "tie_word_embeddings": True}}
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """A ModelSpec from a Hugging Face `config.json` (or a folder holding one): LLaMA/Mistral/Qwen,
-    Mixtral and Qwen-MoE, and OPT key names."""
+    Mixtral and Qwen-MoE, OPT key names, and the layer kinds of `kvsim.specs.hf_layers` (sliding
+    window, chunked local, MLA, Mamba / linear attention; a nested `text_config`)."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    cfg = read_json_object(path, "model config")
+    cfg = _text_config(read_json_object(path, "model config"), path)
     _check_integers(cfg, path)
 
     def need(*keys):
@@ -94,24 +117,28 @@ def load_hf_config(path: str | Path) -> ModelSpec:
                 return int(cfg[key])
         raise ValueError(f"{path}: field {keys[0]!r} missing from model config")
 
-    if "kv_lora_rank" in cfg:
-        raise ValueError(f"{path}: field 'kv_lora_rank': multi-head latent attention (DeepSeek) is not "
-                         "modelled; its KV cache is not heads x head_dim")
     layers = need("num_hidden_layers", "n_layer", "num_layers")
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    head_dim = int(cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads)
+    if cfg.get("kv_lora_rank") is not None:                # MLA: the query/key head is nope + rope wide
+        head_dim = int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0) or head_dim
     max_len = need("max_position_embeddings", "n_positions", "max_seq_len")
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16").replace("torch.", "")
     dtype_bytes = _DTYPE_BYTES.get(dtype, 2)
     vocab = int(cfg.get("vocab_size", 32000))
     tied = bool(cfg.get("tie_word_embeddings", cfg.get("model_type") == "opt"))
 
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    kinds = layer_kinds(cfg, path, layers)
+    groups = layer_groups(cfg, path, layers, kv_heads, head_dim, hidden, dtype_bytes)
+    attention = _attention_params(cfg, hidden, heads, kv_heads, head_dim)
+    mixers = sum(mixer_params(cfg, kind, hidden, attention) for kind in kinds)
     ffn = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
-    mats = 3 if "intermediate_size" in cfg else 2          # gated MLP (LLaMA) vs fc1/fc2 (OPT)
+    gated = "intermediate_size" in cfg and cfg.get("model_type") != "nemotron_h"   # relu2: up + down
+    mats = 3 if gated else 2                               # gated MLP (LLaMA) vs fc1/fc2 (OPT)
     dense_mlp = mats * hidden * ffn
+    mlp_layers = kinds.count("none") if cfg.get("model_type") == "nemotron_h" else layers
     experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
     per_token = int(cfg.get("num_experts_per_tok") or 0) if experts else 0
     if experts and not 0 < per_token <= experts:
@@ -122,12 +149,17 @@ def load_hf_config(path: str | Path) -> ModelSpec:
                          or int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_intermediate_size") or ffn))
         shared = 3 * hidden * shared_ffn + (hidden if "shared_expert_intermediate_size" in cfg else 0)
         router = hidden * experts
-        dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), layers)
-        moe_layers = layers - dense_layers
-        total_layers = dense_layers * (attention + dense_mlp) + moe_layers * (attention + experts * expert + router + shared)
-        active_layers = dense_layers * (attention + dense_mlp) + moe_layers * (attention + per_token * expert + router + shared)
+        dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), mlp_layers)
+        if cfg.get("expert_layer_period"):                 # Jamba: MoE where i % period == offset
+            period, offset = int(cfg["expert_layer_period"]), int(cfg.get("expert_layer_offset") or 0)
+            dense_layers = sum(i % period != offset for i in range(mlp_layers))
+        moe_layers = mlp_layers - dense_layers
+        expert_params = moe_layers * experts * expert
+        total_layers = mixers + dense_layers * dense_mlp + moe_layers * (experts * expert + router + shared)
+        active_layers = mixers + dense_layers * dense_mlp + moe_layers * (per_token * expert + router + shared)
     else:
-        total_layers = active_layers = layers * (attention + dense_mlp)
+        expert_params = 0
+        total_layers = active_layers = mixers + mlp_layers * dense_mlp
     embeddings = vocab * hidden * (1 if tied else 2)
     params, active = total_layers + embeddings, active_layers + embeddings
 
@@ -140,8 +172,23 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             wbytes = weight_bytes_per_param(quant, str(path))
         except (TypeError, AttributeError, ZeroDivisionError) as exc:
             raise ValueError(f"{path}: field 'quantization_config' is malformed ({exc})") from None
+    unquantized = float(embeddings) if wbytes is not None else 0.0
+    if wbytes is not None and str(quant.get("quant_method", "")).lower() == "mxfp4":
+        unquantized = float(params - expert_params)        # MXFP4 quantizes the experts only
     name = cfg.get("_name_or_path") or path.parent.name or path.stem
     return ModelSpec(str(name), layers, hidden, heads, kv_heads, head_dim, dtype_bytes, max_len,
                      float(params), active_params=float(active) if experts else None,
                      num_experts=experts, experts_per_token=per_token, weight_bytes_per_param=wbytes,
-                     unquantized_params=float(embeddings) if wbytes is not None else 0.0)
+                     unquantized_params=unquantized, layer_groups=groups)
+
+
+def _attention_params(cfg: dict, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    """Weights of one attention layer: Q, K, V, O projections; MLA's low-rank projections (DeepSeek:
+    q_a/q_b or q, kv_a to kv_lora_rank + qk_rope_head_dim, kv_b, o)."""
+    rank = cfg.get("kv_lora_rank")
+    if rank is None:
+        return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    rope, nope = int(cfg.get("qk_rope_head_dim") or 0), int(cfg.get("qk_nope_head_dim") or 0)
+    v_dim, q_rank = int(cfg.get("v_head_dim") or nope), int(cfg.get("q_lora_rank") or 0)
+    q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
+    return q + hidden * (rank + rope) + rank * heads * (nope + v_dim) + heads * v_dim * hidden

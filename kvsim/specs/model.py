@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvsim.specs.layers import LayerGroup
+
 GIB = 1024**3
 
 #: vLLM's `--kv-cache-dtype` choices and their bytes per element (`auto`: the model's dtype).
@@ -22,7 +24,10 @@ class ModelSpec:
     `weight_bytes_per_param` that of quantized weights (None: dtype_bytes), applied to all but
     `unquantized_params` (embeddings and LM head, which quantized checkpoints keep in dtype_bytes);
     `kv_dtype_bytes` that of the KV cache (None: dtype_bytes). `num_experts`/`experts_per_token`: routed
-    experts per MoE layer and those each token uses (0 for a dense model)."""
+    experts per MoE layer and those each token uses (0 for a dense model). `layer_groups`: the layers that
+    keep a cache, by kind (`kvsim.specs.layers`; MLP-only layers such as Nemotron-H's keep none and are
+    counted in `num_layers` only); empty means every layer is full attention with `num_kv_heads` x
+    `head_dim` (the models of 2023), and then nothing else changes."""
 
     name: str
     num_layers: int
@@ -39,6 +44,7 @@ class ModelSpec:
     weight_bytes_per_param: float | None = None
     unquantized_params: float = 0.0
     kv_dtype_bytes: int | None = None
+    layer_groups: tuple[LayerGroup, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
@@ -61,6 +67,10 @@ class ModelSpec:
             raise ValueError(f"ModelSpec {self.name!r}: unquantized_params must be in [0, num_params]")
         if self.kv_dtype_bytes is not None and self.kv_dtype_bytes <= 0:
             raise ValueError(f"ModelSpec {self.name!r}: kv_dtype_bytes must be positive")
+        if sum(g.num_layers for g in self.layer_groups) > self.num_layers:
+            raise ValueError(f"ModelSpec {self.name!r}: layer_groups hold "
+                             f"{sum(g.num_layers for g in self.layer_groups)} layers, more than num_layers = "
+                             f"{self.num_layers}")
 
     @property
     def kv_bytes(self) -> int:
@@ -75,8 +85,26 @@ class ModelSpec:
     def kv_bytes_per_token(self, tp: int = 1) -> int:
         """Bytes of K and V for one token on one of `tp` GPUs: 2 x layers x KV heads per GPU x head_dim x
         KV bytes, where each GPU holds max(1, kv_heads / tp) whole heads (replicated when tp > kv_heads,
-        as vLLM does)."""
+        as vLLM does). With `layer_groups`: the sum over the attention and MLA layers as if every one
+        kept every token (full-attention sizing; Mamba layers hold no per-token KV)."""
+        if self.layer_groups:
+            return sum(g.bytes_per_token(tp, self.kv_bytes) for g in self.layer_groups)
         return 2 * self.num_layers * max(1, self.num_kv_heads // tp) * self.head_dim * self.kv_bytes
+
+    @property
+    def groups(self) -> tuple[LayerGroup, ...]:
+        """The layers by kind: `layer_groups`, or one group of full attention when it is empty."""
+        return self.layer_groups or (LayerGroup("full", self.num_layers, self.num_kv_heads, self.head_dim),)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether any layer is other than plain full attention (sliding, chunked, MLA, Mamba): vLLM's
+        start-up figures then come from `kvsim.specs.kv_groups`."""
+        return any(g.kind != "full" for g in self.layer_groups)
+
+    def state_bytes_per_request(self, tp: int = 1) -> int:
+        """Bytes of one request's Mamba / linear-attention state in all such layers on one of `tp` GPUs."""
+        return sum(g.state_bytes_per_request(tp) for g in self.layer_groups)
 
     @property
     def weight_bytes(self) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvsim.specs.model import ModelSpec, find_preset
+from kvsim.specs.presets_hybrid import HYBRID_HF_IDS, HYBRID_MODELS
 
 
 def _m(name, layers, hidden, heads, kv_heads, max_len, params, head_dim=128, dtype_bytes=2,
@@ -27,11 +28,11 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
     _m("mixtral-8x7b", 32, 4096, 32, 8, 32768, 46.70e9, active_params=12.88e9, num_experts=8,
        experts_per_token=2),
     _m("qwen2.5-7b", 28, 3584, 28, 4, 32768, 7.62e9),
-)}
+)} | HYBRID_MODELS
 
 #: Hugging Face ids accepted for the presets (compared case-insensitively), base and chat/instruct
 #: variants: the KV and weight figures are the same.
-HF_IDS: dict[str, str] = {hf.lower(): name for name, ids in {
+HF_IDS: dict[str, str] = {hf.lower(): name for name, ids in ({
     "opt-13b": ["facebook/opt-13b"], "opt-66b": ["facebook/opt-66b"], "opt-175b": ["facebook/opt-175b"],
     "llama-13b": ["huggyllama/llama-13b"],
     "llama-2-7b": ["meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf"],
@@ -45,7 +46,7 @@ HF_IDS: dict[str, str] = {hf.lower(): name for name, ids in {
                    "mistralai/Mistral-7B-Instruct-v0.2"],
     "mixtral-8x7b": ["mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"],
     "qwen2.5-7b": ["Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct"],
-}.items() for hf in ids}
+} | HYBRID_HF_IDS).items() for hf in ids}
 
 
 def get_model(name: str) -> ModelSpec:

@@ -15,7 +15,17 @@ runner = CliRunner()
 def test_check_command_passes():
     result = runner.invoke(harness_app, ["check"])
     assert result.exit_code == 0, result.output
-    assert "11/11 cases passed" in result.output
+    # the small grids: 11 base cases (check._small_grid) + 2 sliding-window, 1 chunked and 2 MLA cases
+    assert "16/16 cases passed" in result.output
+    assert "paged window W8 null=pad" in result.output and "mla bf16 h16 r32+16" in result.output
+
+
+def test_check_grid_selects_kernels():
+    result = runner.invoke(harness_app, ["check", "--grid", "hybrid"])
+    assert result.exit_code == 0, result.output
+    assert "5/5 cases passed" in result.output and "store_kv" not in result.output
+    bad = runner.invoke(harness_app, ["check", "--grid", "mamba"])
+    assert bad.exit_code == 2 and "--grid must be one of all, base, hybrid" in bad.output
 
 
 def test_calibrate_writes_format_file(tmp_path):

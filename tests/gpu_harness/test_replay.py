@@ -129,6 +129,15 @@ def test_contiguous_allocator_is_refused():
         replay(small_trace(), replace(cfg, cache=replace(cfg.cache, allocator="contiguous")), TINY, "cpu")
 
 
+def test_a_model_with_kv_cache_groups_is_refused_in_one_line(tmp_path):
+    """gpt-oss keeps sliding-window layers: one block table per group, which the replay does not drive."""
+    trace = tmp_path / "one.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
+    res = CliRunner().invoke(harness_app, ["replay", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
+                                           "--num-blocks", "20000"])
+    assert res.exit_code == 2 and "one per group" in res.output and "Traceback" not in res.output
+
+
 def test_replay_command_on_a_shipped_trace(tmp_path):
     res = CliRunner().invoke(harness_app, ["replay", TINY_TRACE, "--max-requests", "5",
                                            "--num-blocks", "12", "--check-every", "4",

@@ -1,0 +1,225 @@
+"""Jenga's allocator (SOSP 2025, arXiv 2503.18292) with the scheduler's allocator interface: KV cache groups
+that keep their own page sizes in bytes, over one pool of LCM-sized large pages (kvsim/alloc/jenga/pool.py).
+
+What a sequence holds in each group follows the same per-kind rules as vLLM's hybrid KV cache manager,
+taken from the hybrid package (`kvsim.alloc.hybrid.groups.make_rules`): `entries_for(tokens)` table
+entries, the leading `skipped_entries(computed)` ones nulled and freed as a window or chunk moves on
+(before a growth is counted, as vLLM's `allocate_slots` does), one state page per sequence for Mamba,
+and the same admission gates (`can_allocate`: the whole sequence, each recycling group capped per
+request; `can_hold`: this step's first chunk). Only where the pages come from differs: small pages of the group's own
+size, placed request-aware inside large pages (pool.py), so the gate asks whether the counts fit the
+two-level pool (a group's free small pages, then whole free large pages).
+
+Invariants (`check_invariants`): every small page of a held large page is free or held by exactly one
+(sequence, group) entry of that large page's group; a table has `entries_for(tokens)` entries whose
+nulls are a prefix; each sequence's `homes` count its pages per large page; the counters equal their
+sums. Not modelled, refused with ValueError: prefix caching (so no eviction and no prefix-subset
+evictor), more than one sequence per request (forks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..base import AllocationError
+from ..hybrid import NULL_BLOCK
+from ..hybrid.groups import make_rules
+from .accounting import JengaAccounting
+from .pool import LargePagePool
+from .spec import JengaGroup, plan_pool
+
+
+@dataclass(slots=True)
+class _Seq:
+    """A live sequence: per group its table (page ids, NULL_BLOCK for skipped entries), leading nulls and
+    home (large page -> its pages there); its written tokens and peak tokens (>= tokens)."""
+
+    tables: list[list[int]]
+    nulls: list[int]
+    homes: list[dict[int, int]]
+    tokens: int
+    final: int
+
+
+class JengaAllocator(JengaAccounting):
+    """Jenga's two-level allocator over `pool_bytes` of KV memory (one GPU) for `groups` (JengaGroup, each
+    with its page bytes); `block_size` tokens per attention page. `max_model_len`, `max_in_flight_tokens`
+    and `prefill_chunk_tokens` mean what they mean for `hybrid.HybridAllocator` (the admission cap of
+    sliding and chunked groups, and the first allocation's size). `empty_first`: a request whose own
+    large pages are full opens a free large page before filling other requests' (pool.py, step 2)."""
+
+    def __init__(self, pool_bytes: int, block_size: int, groups: Sequence[JengaGroup], max_model_len: int,
+                 max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
+                 prefix_caching: bool = False, empty_first: bool = True) -> None:
+        if max_model_len < 1 or max_in_flight_tokens < 1:
+            raise ValueError(f"max_model_len and max_in_flight_tokens must be >= 1, "
+                             f"got {max_model_len} and {max_in_flight_tokens}")
+        if prefix_caching:
+            raise ValueError("the jenga allocator does not model prefix caching (nor its evictor); run without it")
+        self.layout = plan_pool(pool_bytes, block_size, groups)
+        self.block_size = block_size
+        self.capacity_tokens = self.layout.capacity_tokens
+        self.groups = tuple(groups)
+        self.rules = [make_rules(g.spec, block_size, max_model_len, max_in_flight_tokens) for g in groups]
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        self.pool = LargePagePool(self.layout.num_large, self.layout.pages_per_large, empty_first)
+        self._seqs: dict[int, _Seq] = {}
+        self._sum_tokens = 0
+        ng = len(self.groups)
+        self._held = [0] * ng                # per group: small pages held
+        self._nulls = [0] * ng               # per group: NULL_BLOCK entries
+        self._reach = [0] * ng               # per group: sum of min(final, entries x block_size)
+
+    def _seq(self, seq_id: int) -> _Seq:
+        try:
+            return self._seqs[seq_id]
+        except KeyError:
+            raise AllocationError(f"unknown sequence id {seq_id}") from None
+
+    def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
+        """0: no prefix caching."""
+        return 0
+
+    def _first(self, num_tokens: int) -> int:
+        chunk = self.prefill_chunk_tokens
+        return num_tokens if chunk is None else min(num_tokens, chunk)
+
+    def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
+        """An upper bound on the slots one sequence holds at once, in whole large pages: group g's peak
+        pages (as the hybrid rules bound them) fill ceil(peak / pages_per_large[g]) large pages when the
+        sequence is alone, so it can be served iff this is at most `capacity_tokens`."""
+        if num_seqs != 1:
+            raise ValueError(f"the jenga allocator serves one sequence per request, got {num_seqs} "
+                             f"(parallel samples / beam search are not supported)")
+        first, per = self._first(num_tokens), self.layout.pages_per_large
+        large = sum(-(-r.peak_blocks(num_tokens, final_tokens, first) // n) for r, n in zip(self.rules, per))
+        return large * self.layout.slots_per_large
+
+    def _drop_skipped(self, seq: _Seq) -> None:
+        """Null and free the leading entries no later token reads (as the hybrid allocator does)."""
+        computed = seq.tokens
+        for g, rules in enumerate(self.rules):
+            skip, z = rules.skipped_entries(computed), seq.nulls[g]
+            if skip > z:
+                table = seq.tables[g]
+                skip = min(skip, len(table))
+                dropped = table[z:skip]
+                table[z:skip] = [NULL_BLOCK] * len(dropped)
+                self.pool.release(g, dropped, seq.homes[g])
+                self._held[g] -= len(dropped)
+                self._nulls[g] += len(dropped)
+                seq.nulls[g] = skip
+
+    def _need(self, seq: _Seq, num_tokens: int) -> list[int]:
+        """Small pages per group `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
+        new = seq.tokens + num_tokens
+        return [max(0, r.entries_for(new) - len(t)) for r, t in zip(self.rules, seq.tables)]
+
+    # ---- allocate / grow / free ----------------------------------------------------------------
+    def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
+                     seq_id: int | None = None) -> bool:
+        """The hybrid manager's admission gate (vLLM's `full_sequence_must_fit`) counted in the two-level
+        pool: the whole sequence's pages, recycling groups capped per request, must fit. The pages of this
+        step's first chunk must fit too: `can_hold`."""
+        return self.pool.fits([r.admission_blocks(num_tokens) for r in self.rules])
+
+    def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
+                 seq_id: int | None = None) -> bool:
+        """Whether `allocate(seq_id, num_tokens, ..., hold_tokens=hold_tokens)` fits now (the scheduler
+        asks it after `can_allocate`, as for the hybrid allocator)."""
+        return self.pool.fits([r.entries_for(hold_tokens) for r in self.rules])
+
+    def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
+                 block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
+        """Give new `seq_id` the pages of `hold_tokens` (default `num_tokens`) tokens in every group; the
+        rest come by `append`. Returns 0 (no prefix cache)."""
+        if seq_id in self._seqs:
+            raise AllocationError(f"sequence id {seq_id} is already allocated")
+        hold = num_tokens if hold_tokens is None else hold_tokens
+        if not 1 <= hold <= num_tokens:
+            raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+        counts = [r.entries_for(hold) for r in self.rules]
+        if not self.pool.fits(counts):
+            raise AllocationError(f"sequence {seq_id}: pages {counts} per group do not fit")
+        final, ng = max(final_tokens, num_tokens), len(counts)
+        seq = _Seq([], [0] * ng, [{} for _ in range(ng)], hold, final)
+        seq.tables = self.pool.take_all(counts, seq.homes)
+        for g, k in enumerate(counts):
+            self._held[g] += k
+            self._reach[g] += min(final, k * self.block_size)
+        self._seqs[seq_id] = seq
+        self._sum_tokens += hold
+        return 0
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Whether `seq_id` can grow by `num_tokens` now (its out-of-window pages are freed first)."""
+        seq = self._seq(seq_id)
+        self._drop_skipped(seq)
+        return self.pool.fits(self._need(seq, num_tokens))
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
+        """Grow `seq_id` by `num_tokens` (it must fit); returns [] (nothing is shared)."""
+        seq = self._seq(seq_id)
+        if num_tokens < 1:
+            raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        self._drop_skipped(seq)
+        need = self._need(seq, num_tokens)
+        if not self.pool.fits(need):
+            raise AllocationError(f"sequence {seq_id}: pages {need} per group do not fit")
+        self._grow(seq, num_tokens, need)
+        return []
+
+    def append_each(self, seq_ids: Sequence[int], start: int = 0,
+                    copies: list[tuple[int, int]] | None = None) -> int:
+        """One token for each of `seq_ids[start:]` in order, stopping before the first that cannot grow
+        (its windows' pages freed all the same); returns how many grew."""
+        for k in range(start, len(seq_ids)):
+            seq = self._seq(seq_ids[k])
+            self._drop_skipped(seq)
+            need = self._need(seq, 1)
+            if not self.pool.fits(need):
+                return k - start
+            self._grow(seq, 1, need)
+        return len(seq_ids) - start
+
+    def _grow(self, seq: _Seq, num_tokens: int, need: list[int]) -> None:
+        """Take `need[g]` pages of every group g for `num_tokens` more tokens."""
+        bs, new = self.block_size, seq.tokens + num_tokens
+        final = max(seq.final, new)
+        taken = self.pool.take_all(need, seq.homes) if any(need) else None
+        for g, more in enumerate(need):
+            table = seq.tables[g]
+            entries = len(table)
+            if more:
+                table.extend(taken[g])
+                self._held[g] += more
+            if more or final != seq.final:
+                self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
+        seq.tokens, seq.final = new, final
+        self._sum_tokens += num_tokens
+
+    def free(self, seq_id: int) -> None:
+        """Release all of `seq_id`'s pages, group by group; its emptied large pages go back to the pool."""
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            raise AllocationError(f"unknown sequence id {seq_id}")
+        bs = self.block_size
+        for g, table in enumerate(seq.tables):
+            held = table[seq.nulls[g]:]
+            self.pool.release(g, held, seq.homes[g])
+            self._held[g] -= len(held)
+            self._nulls[g] -= seq.nulls[g]
+            self._reach[g] -= min(seq.final, len(table) * bs)
+        self._sum_tokens -= seq.tokens
+
+    # ---- sharing: not supported ----------------------------------------------------------------
+    def can_fork(self, parent_id: int) -> bool:
+        """False: one sequence per request."""
+        return False
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        raise ValueError("the jenga allocator does not fork sequences (parallel samples / beam search)")
+
+    def refork(self, parent_id: int, child_id: int) -> int:
+        raise ValueError("the jenga allocator does not fork sequences (parallel samples / beam search)")

@@ -1,0 +1,18 @@
+"""Command-line options that several commands share, under vLLM's flag names where vLLM has one
+(`--max-num-batched-tokens`, `--max-model-len`), so `kvsim run` and `kvsim capacity` spell and document
+them once."""
+
+from __future__ import annotations
+
+import typer
+
+TokensOpt = typer.Option(8192, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
+                         help="Most tokens computed in one step (also sizes the activation reserve and, for "
+                         "sliding-window and chunked-local layers, vLLM's blocks per request).")
+MaxLenOpt = typer.Option(None, "--max-model-len", min=1, help="Longest prompt + output served, tokens "
+                         "(default: the model's maximum); sizes the contiguous `max` reservation and vLLM's "
+                         "maximum concurrency.")
+HybridOpt = typer.Option(None, "--hybrid-kv-cache/--no-hybrid-kv-cache", help="vLLM's hybrid KV cache "
+                         "manager for models with sliding-window, chunked-local or Mamba layers (default: "
+                         "vLLM's choice, off for chunked local attention); --no-hybrid-kv-cache is vLLM's "
+                         "--disable-hybrid-kv-cache-manager: every layer sized as full attention.")
