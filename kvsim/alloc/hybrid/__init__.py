@@ -10,8 +10,9 @@ breakdown, invariants).
 
 Supported: chunked prefill, recompute preemption, automatic prefix caching (not with Mamba groups),
 the engine's fast-forward windows. Refused with ValueError: more than one sequence per request (parallel
-samples, beam search: `peak_slots`, `fork`). Not modelled: swap preemption (vLLM V1 has none; a swap-in
-allocates a whole context at once), lazy decode ticks (`can_tick` is absent: the scheduler's general path).
+samples, beam search: `peak_slots`, `fork`). Not vLLM's: swap preemption (vLLM V1 has none; a swap-in
+allocates a whole context at once, when `can_hold` says it fits). Absent: lazy decode ticks (`can_tick`:
+the scheduler takes its general path).
 """
 
 from __future__ import annotations
