@@ -178,3 +178,32 @@ def test_peak_slots_sums_each_groups_peak():
     assert a.peak_slots(5, 9) == 2 * (5 + 5 + 1)
     # final 40: the sliding group is capped at 7 blocks
     assert a.peak_slots(5, 40) == 2 * (20 + 7 + 1)
+
+
+def test_prefix_hit_across_a_full_and_a_sliding_group_by_hand():
+    """10 blocks. Sequence 0: prompt of 4 full blocks (content a b c d): full [0 1 2 3], sliding [4 5 6 7],
+    all cached; freed, they stay cached, evictable tail first (3 2 1 0 7 6 5 4). Sequence 1: the same 4
+    blocks + 2 tokens: full attention hits all 4 (at most (10 - 1) // 2 blocks); the window of token 8
+    needs cdiv(4 - 1, 2) = 2 blocks, the last two: [-, -, 6, 7]. 8 tokens served; new blocks 8 and 9;
+    blocks 4 and 5 stay free and cached."""
+    a = HybridAllocator(10, 2, [FULL, GroupSpec("sliding", window=4)], 64, 8, 8, prefix_caching=True)
+    content = [11, 12, 13, 14]
+    assert a.allocate(0, 8, 8, content) == 0
+    assert a.group_block_tables(0) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    a.free(0)
+    assert a.num_free_blocks == 10 and a.stats().cached_blocks == 8
+    assert a.cached_tokens(10, content + [15], 1) == 8 and a.can_allocate(10, 12, content, 1)
+    assert a.allocate(1, 10, 12, content) == 8
+    assert a.group_block_tables(1) == [[0, 1, 2, 3, 8], [NULL_BLOCK, NULL_BLOCK, 6, 7, 9]]
+    s = a.stats()
+    assert (s.used_blocks, s.free_blocks, s.cached_blocks) == (8, 2, 2) and a._cache.evictable_blocks() == [5, 4]
+    # a third sequence with the same prompt shares the 4 full blocks and sliding blocks 6, 7
+    assert a.allocate(2, 10, 12, content) == 8 and a.stats().used_blocks == 10    # evicts 5, then 4
+    assert a.group_block_tables(2) == [[0, 1, 2, 3, 5], [NULL_BLOCK, NULL_BLOCK, 6, 7, 4]]
+    full, swa = a.group_stats()
+    assert (full.used_blocks, full.unshared_blocks, swa.used_blocks, swa.unshared_blocks) == (6, 10, 4, 6)
+    a.check_invariants()
+    for seq in (1, 2):
+        a.free(seq)
+    a.check_invariants()
+    assert a.num_free_blocks == 10

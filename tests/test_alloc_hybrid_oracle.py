@@ -4,11 +4,13 @@ tokens and frees over full + sliding window, full + chunked local, full + Mamba 
 groups sharing one pool. After every op both must agree on the outcome, the free blocks and every live
 request's block table per group, block ids included (vLLM's minus one: its block 0 is the null block).
 
-Golden: vLLM's records are stored in tests/data/hybrid_oracle/vllm_0.33.json (made by the driver);
+Golden: vLLM's records are stored in tests/data/hybrid_oracle/vllm_0.33.json.gz (made by the driver:
+`python tests/test_alloc_hybrid_oracle.py` regenerates it);
 Live: where the oracle venv exists ($ORACLE_VENV, default ~/.cache/vllm-oracle-venv) vLLM is rerun and
 must reproduce them.
 """
 
+import gzip
 import json
 import os
 import subprocess
@@ -19,7 +21,13 @@ import pytest
 
 from kvsim.alloc.hybrid import GroupSpec, HybridAllocator
 
-DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "vllm_0.33.json"
+DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "vllm_0.33.json.gz"
+
+
+def load_golden(path: Path) -> list:
+    """A gzipped JSON golden file."""
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
 FULL, SWA4, CHUNK4, MAMBA = {"kind": "full"}, {"kind": "sliding", "window": 4}, {"kind": "chunked", "chunk": 4}, {"kind": "mamba"}
 
 
@@ -114,7 +122,7 @@ def replay(s: dict) -> list[dict]:
 
 
 def test_kvsim_equals_vllm_op_by_op():
-    golden = json.loads(DATA.read_text())
+    golden = load_golden(DATA)
     cases = scenarios()
     assert len(golden) == len(cases)
     for s, expected in zip(cases, golden):
@@ -138,11 +146,14 @@ def test_vllm_live_reproduces_the_golden(tmp_path):
     cases.write_text(json.dumps(scenarios()))
     subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_oracle_driver.py"),
                     str(cases), str(out)], check=True, capture_output=True, timeout=600)
-    assert json.loads(out.read_text()) == json.loads(DATA.read_text())
+    assert json.loads(out.read_text()) == load_golden(DATA)
 
 
 if __name__ == "__main__":      # regenerate the golden file with vLLM (oracle venv's python must exist)
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/hybrid_cases.json")
     path.write_text(json.dumps(scenarios()))
+    raw = path.with_suffix(".out.json")
     subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_oracle_driver.py"),
-                    str(path), str(DATA)], check=True)
+                    str(path), str(raw)], check=True)
+    with gzip.open(DATA, "wt") as f:
+        f.write(raw.read_text())

@@ -100,3 +100,21 @@ def test_requests_that_can_never_fit_are_rejected_and_samples_are_refused():
     assert sched.num_rejected == 1 and sched.num_finished == 1 and "KV slots at its peak" in sched.reason[0]
     with pytest.raises(ValueError, match="one sequence per request"):
         run(Trace.from_arrays([0.0], [4], [2], n=[2]), [FULL, SWA4], num_blocks=10)
+
+
+def test_swap_preemption_brings_a_whole_context_back_only_when_it_fits():
+    """vLLM V1 has no swap; kvsim's swap-in allocates a swapped sequence's whole context at once, which the
+    scheduler checks with `can_hold` besides the admission gate (a sliding group's gate is capped below it)."""
+    rng = random.Random(7)
+    trace = Trace.from_arrays([0.0] * 40, [rng.randint(1, 40) for _ in range(40)], [rng.randint(1, 40) for _ in range(40)])
+    alloc = HybridAllocator(40, 4, [FULL, GroupSpec("sliding", window=8)], max_model_len=128, max_in_flight_tokens=16,
+                            prefill_chunk_tokens=16)
+    sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=16, max_batched_tokens=16, chunked_prefill=True,
+                                                    preemption="swap"), max_seq_len=128, swap_tokens=10_000)
+    for i in range(40):
+        sched.add(i, 0.0)
+    stepper, now = Stepper(sched, ConstantCost(1.0)), 0.0
+    while (plan := stepper.step(now)) is not None:
+        alloc.check_invariants()
+        now = plan.end_s
+    assert sched.num_finished == 40 and sched.num_swap_outs == sched.num_swap_ins > 0

@@ -3,10 +3,13 @@ KVCacheManager with the same KV cache groups (tests/hybrid_scheduler_oracle_driv
 burst traces: used blocks after each step's scheduling, blocks per group, preemptions, finishes and tokens
 scheduled. Chunked prefill, recompute, prefix caching off, as the shared oracle's `run_native`.
 
-Golden: vLLM's records in tests/data/hybrid_oracle/scheduler_vllm_0.33.json (made by the driver);
-live: where the oracle venv exists vLLM is rerun and must reproduce them.
+Golden: vLLM's records in tests/data/hybrid_oracle/scheduler_vllm_0.33.json.gz (small cases, block 4)
+and scheduler_realistic_vllm_0.33.json.gz (gpt-oss-, Gemma-3- and Llama-4-like group mixes at block 16),
+made by the driver (`python tests/test_alloc_hybrid_scheduler_oracle.py` regenerates both); live: where the
+oracle venv exists vLLM is rerun and must reproduce them.
 """
 
+import gzip
 import json
 import random
 import subprocess
@@ -20,9 +23,9 @@ from kvsim.engine.config import SchedulerConfig
 from kvsim.engine.scheduler import Scheduler
 from kvsim.trace.table import Trace
 
-from test_alloc_hybrid_oracle import _oracle_python
+from test_alloc_hybrid_oracle import _oracle_python, load_golden
 
-DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "scheduler_vllm_0.33.json"
+DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "scheduler_vllm_0.33.json.gz"
 FULL, MAMBA = {"kind": "full"}, {"kind": "mamba"}
 SWA8, CHUNK8 = {"kind": "sliding", "window": 8}, {"kind": "chunked", "chunk": 8}
 
@@ -54,6 +57,25 @@ def cases() -> list[dict]:
             case([SWA8, SWA8, FULL], 70, long, 256),
             cached([FULL, SWA8], 40), cached([FULL, SWA8], 80), cached([FULL, CHUNK8], 40),
             cached([SWA8, FULL, SWA8], 60), cached([SWA8, CHUNK8], 40)]
+
+
+def realistic_cases() -> list[dict]:
+    """Block 16, a 2048-token budget, 64 sequences, 80 requests (prompts 50-1500, outputs 10-300):
+    gpt-oss-like (full + sliding 128), Gemma-3-like (five sliding-512 groups + full), Llama-4-like (three
+    chunked-1024 groups + full), and gpt-oss-like with prefix caching over four shared 200-600-token
+    prefixes; pools small enough to preempt."""
+    rng = random.Random(17)
+    reqs = [[rng.randint(50, 1500), rng.randint(10, 300)] for _ in range(80)]
+    swa128, swa512, chunk1024 = ({"kind": "sliding", "window": 128}, {"kind": "sliding", "window": 512},
+                                 {"kind": "chunked", "chunk": 1024})
+    prefixes = [[10_000 * f + k for k in range(rng.randint(200, 600))] for f in range(1, 5)]
+    prompts = [prefixes[i % 4] + [900_000 + 2000 * i + k for k in range(rng.randint(1, 400))] for i in range(80)]
+
+    def case(groups, num_blocks, requests=reqs, **extra):
+        return {"block_size": 16, "num_blocks": num_blocks, "groups": groups, "max_num_batched_tokens": 2048,
+                "max_num_seqs": 64, "max_model_len": 4096, "requests": requests, **extra}
+    return [case([FULL, swa128], 420), case([swa512] * 5 + [FULL], 900), case([chunk1024] * 3 + [FULL], 1200),
+            case([FULL, swa128], 500, [[len(p), rng.randint(10, 300)] for p in prompts], caching=True, prompts=prompts)]
 
 
 def _content_ids(tokens: list[int], block_size: int) -> list[int]:
@@ -91,7 +113,7 @@ def run_kvsim(case: dict) -> list[dict]:
 
 
 def test_kvsim_scheduler_equals_vllm_step_by_step():
-    golden = json.loads(DATA.read_text())
+    golden = load_golden(DATA)
     all_cases = cases()
     assert len(golden) == len(all_cases)
     for case, want in zip(all_cases, golden):
@@ -103,17 +125,36 @@ def test_kvsim_scheduler_equals_vllm_step_by_step():
     assert all(sum(case[-1]["hits"]) > 0 for case, c in zip(golden, all_cases) if c.get("caching"))
 
 
+REALISTIC = Path(__file__).parent / "data" / "hybrid_oracle" / "scheduler_realistic_vllm_0.33.json.gz"
+
+
+def test_kvsim_scheduler_equals_vllm_at_realistic_sizes():
+    golden = load_golden(REALISTIC)
+    all_cases = realistic_cases()
+    assert len(golden) == len(all_cases)
+    for case, want in zip(all_cases, golden):
+        got = run_kvsim(case)
+        first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        assert first is None, f"groups {case['groups']}: step {first}: kvsim {got[first]}, vLLM {want[first]}"
+        assert len(got) == len(want)
+    assert all(sum(len(r.get("preempted", ())) for r in case) > 0 for case in golden)
+
+
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_vllm_live_reproduces_the_golden(tmp_path):
     path, out = tmp_path / "cases.json", tmp_path / "out.json"
-    path.write_text(json.dumps(cases()))
+    path.write_text(json.dumps(cases() + realistic_cases()))
     subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
                     str(path), str(out)], check=True, capture_output=True, timeout=600)
-    assert json.loads(out.read_text()) == json.loads(DATA.read_text())
+    assert json.loads(out.read_text()) == load_golden(DATA) + load_golden(REALISTIC)
 
 
-if __name__ == "__main__":      # regenerate the golden file with vLLM (the oracle venv must exist)
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/hybrid_scheduler_cases.json")
-    path.write_text(json.dumps(cases()))
-    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
-                    str(path), str(DATA)], check=True)
+if __name__ == "__main__":      # regenerate the golden files with vLLM (the oracle venv must exist)
+    driver = str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py")
+    for make, out in ((cases, DATA), (realistic_cases, REALISTIC)):
+        path = Path("/tmp") / f"hybrid_{make.__name__}.json"
+        path.write_text(json.dumps(make()))
+        raw = Path("/tmp") / f"hybrid_{make.__name__}_out.json"
+        subprocess.run([str(_oracle_python()), "-W", "ignore", driver, str(path), str(raw)], check=True)
+        with gzip.open(out, "wt") as f:
+            f.write(raw.read_text())

@@ -2,7 +2,8 @@
 hybrid allocator over random KV cache groups, with `check_invariants()` after every step. The model it
 must agree with is written here from vLLM 0.33's rules, independently of kvsim/alloc/hybrid/groups.py:
 a table has cdiv(tokens, block_size) entries (Mamba: 1), and its leading whole blocks skipped at the last
-growth (sliding: max(0, C - W + 1) tokens, chunked: C // chunk x chunk) hold no block."""
+growth, or at its prefix-cache hit (sliding: max(0, C - W + 1) tokens, chunked: C // chunk x chunk), hold
+no block. Prefix caching (no Mamba group) on in half the runs, prompts drawn from three shared families."""
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -37,26 +38,34 @@ class HybridMachine(RuleBasedStateMachine):
         self.next_id = 0
 
     @initialize(groups=st.lists(group_specs, min_size=1, max_size=3), block_size=st.integers(1, 4),
-                num_blocks=st.integers(1, 40))
-    def build(self, groups, block_size, num_blocks):
+                num_blocks=st.integers(1, 40), caching=st.booleans())
+    def build(self, groups, block_size, num_blocks, caching):
+        caching = caching and not any(g.kind == "mamba" for g in groups)
         self.alloc = HybridAllocator(num_blocks, block_size, groups, max_model_len=10_000,
-                                     max_in_flight_tokens=IN_FLIGHT, prefill_chunk_tokens=IN_FLIGHT)
+                                     max_in_flight_tokens=IN_FLIGHT, prefill_chunk_tokens=IN_FLIGHT,
+                                     prefix_caching=caching)
 
     def _live(self, index):
         return sorted(self.tokens)[index % len(self.tokens)]
 
-    @rule(num_tokens=st.integers(1, 30), extra=st.integers(0, 30), hold=st.integers(1, IN_FLIGHT))
-    def allocate(self, num_tokens, extra, hold):
+    @rule(num_tokens=st.integers(1, 30), extra=st.integers(0, 30), hold=st.integers(1, IN_FLIGHT),
+          shared=st.integers(0, 12), family=st.integers(0, 2))
+    def allocate(self, num_tokens, extra, hold, shared, family):
+        """A new sequence whose first `shared` full blocks have contents of prefix `family` (prefix hits)."""
         seq, a = self.next_id, self.alloc
         self.next_id += 1
-        hold = min(hold, num_tokens)
+        ids = [family * 100 + k for k in range(min(shared, num_tokens // a.block_size))]
         free = a.num_free_blocks
-        if a.can_allocate(num_tokens, num_tokens + extra) and a.can_hold(hold, num_tokens):
-            a.allocate(seq, num_tokens, num_tokens + extra, hold_tokens=hold)
-            self.tokens[seq], self.computed_at[seq] = hold, 0
+        hit = a.cached_tokens(num_tokens, ids, seq)
+        hold = min(max(hold, hit), num_tokens)
+        if a.can_allocate(num_tokens, num_tokens + extra, ids, seq) and a.can_hold(hold, num_tokens, ids, seq):
+            assert a.allocate(seq, num_tokens, num_tokens + extra, ids, hold_tokens=hold) == hit
+            assert hit <= num_tokens - 1 and hit % a.block_size == 0
+            self.tokens[seq], self.computed_at[seq] = hold, hit
             self.first[seq] = (num_tokens, num_tokens + extra)
             bs = a.block_size
-            assert a.num_free_blocks == free - sum(1 if g.kind == "mamba" else -(-hold // bs) for g in a.groups)
+            if a._cache is None:
+                assert a.num_free_blocks == free - sum(1 if g.kind == "mamba" else -(-hold // bs) for g in a.groups)
         else:
             assert a.num_free_blocks == free
 
@@ -115,7 +124,7 @@ class HybridMachine(RuleBasedStateMachine):
             used += held
             num_tokens, final = self.first[seq]
             assert held * bs <= a.peak_slots(num_tokens, max(final, tokens)), "peak_slots is not an upper bound"
-        assert a.stats().used_blocks == used and a.num_free_blocks == a.num_blocks - used
+        assert a.stats().unshared_blocks == used and a.stats().used_blocks <= used
 
     def teardown(self):
         a = getattr(self, "alloc", None)

@@ -4,7 +4,8 @@ same memory after every step), and a whole engine run with and without windows s
 
 import copy
 import random
-import sys
+
+import pytest
 
 from kvsim.alloc.hybrid import GroupSpec, HybridAllocator
 from kvsim.cost.roofline import ConstantCost
@@ -36,16 +37,16 @@ def test_decode_window_by_hand():
     a.check_invariants()
 
 
-def random_state(rng):
-    kinds = [FULL, GroupSpec("mamba"), GroupSpec("sliding", window=rng.randint(1, 9)),
-             GroupSpec("chunked", chunk=rng.randint(1, 9))]
-    groups = rng.sample(kinds, rng.randint(1, 4))
-    a = HybridAllocator(rng.randint(10, 80), rng.randint(1, 4), groups, 1000, 16, 16)
+def random_state(rng, caching=False):
+    kinds = [FULL, GroupSpec("sliding", window=rng.randint(1, 9)), GroupSpec("chunked", chunk=rng.randint(1, 9))]
+    groups = rng.sample(kinds + ([] if caching else [GroupSpec("mamba")]), rng.randint(1, 3 if caching else 4))
+    a = HybridAllocator(rng.randint(10, 80), rng.randint(1, 4), groups, 1000, 16, 16, prefix_caching=caching)
     ids = []
     for s in range(rng.randint(1, 6)):
         n = rng.randint(1, 16)
-        if a.can_allocate(n, n + rng.randint(0, 60)):
-            a.allocate(s, n, n + rng.randint(0, 60))
+        shared = list(range(rng.randint(0, n // a.block_size)))      # a prefix shared by all (cache hits)
+        if a.can_allocate(n, n, shared, s) and a.can_hold(n, n, shared, s):
+            a.allocate(s, n, n + rng.randint(0, 60), shared)
             ids.append(s)
             for _ in range(rng.randint(0, 6)):
                 k = rng.randint(1, 4)
@@ -55,11 +56,14 @@ def random_state(rng):
     return a, ids
 
 
-def test_append_steps_equals_append_each_step_by_step():
+@pytest.mark.parametrize("caching", [False, True])
+def test_append_steps_equals_append_each_step_by_step(caching):
     rng = random.Random(11)
     windows = 0
     for _ in range(300):
-        a, ids = random_state(rng)
+        a, ids = random_state(rng, caching)
+        if caching and rng.random() < 0.5 and ids:      # some cached blocks freed (evictable) first
+            a.free(ids.pop())
         if not ids:
             continue
         steps = a.decode_window(ids, rng.randint(1, 80))
@@ -70,7 +74,9 @@ def test_append_steps_equals_append_each_step_by_step():
             assert b.append_each(ids) == len(ids) and b.stats() == m
         for s in ids:
             assert a.group_block_tables(s) == b.group_block_tables(s) and a.num_tokens(s) == b.num_tokens(s)
-        assert list(a._free) == list(b._free) and a.group_stats() == b.group_stats()
+        assert list(a._free) == list(b._free) and a.group_stats() == b.group_stats() and a.stats() == b.stats()
+        if caching:
+            assert a._cache.evictable_blocks() == b._cache.evictable_blocks() and a._ref == b._ref
         a.check_invariants()
         windows += steps > 1
     assert windows > 100
@@ -81,10 +87,11 @@ class _NoWindows(HybridAllocator):
         return 0
 
 
-def _run(cls, trace):
-    alloc = cls(400, 16, [FULL, GroupSpec("sliding", window=128), GroupSpec("mamba")], 4096, 2048, 2048)
+def _run(cls, trace, caching=False):
+    groups = [FULL, GroupSpec("sliding", window=128)] + ([] if caching else [GroupSpec("mamba")])
+    alloc = cls(400, 16, groups, 4096, 2048, 2048, prefix_caching=caching)
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=64, max_batched_tokens=2048, chunked_prefill=True),
-                      max_seq_len=4096)
+                      max_seq_len=4096, block_ids=(lambda i: trace.prompt_block_ids(i, 16)) if caching else None)
 
     class Parts:
         scheduler, cost = sched, ConstantCost(0.02)
@@ -95,10 +102,13 @@ def _run(cls, trace):
     return per_step, sched
 
 
-def test_an_engine_run_is_the_same_with_and_without_windows():
-    trace = generate("sharegpt", rate_rps=4.0, duration_s=60.0, seed=2)
-    with_windows, s1 = _run(HybridAllocator, trace)
-    without, s2 = _run(_NoWindows, trace)
+@pytest.mark.parametrize("caching", [False, True])
+def test_an_engine_run_is_the_same_with_and_without_windows(caching):
+    trace = generate("sharegpt", rate_rps=4.0, duration_s=60.0, seed=2, shared_prefix_tokens=80 if caching else 0)
+    with_windows, s1 = _run(HybridAllocator, trace, caching)
+    without, s2 = _run(_NoWindows, trace, caching)
+    if caching:
+        assert s1.prefix_hit_tokens == s2.prefix_hit_tokens > 0
     assert s1.num_finished == s2.num_finished == len(trace) and s1.num_preemptions == s2.num_preemptions > 0
     assert with_windows == without
     assert list(s1.finished_s) == list(s2.finished_s)

@@ -52,9 +52,10 @@ class Preemption:
         while self.swapped:
             i = self.swapped[0]
             kv, final, seqs = self.kv_len[i], self.prompt[i] + self.output[i] - 1, self.seq_ids(i)
-            restored = []
+            restored, can_hold = [], getattr(self.alloc, "can_hold", None)   # (hybrid: all kv + 1 at once)
             for s in seqs:                  # each sample separately: blocks or extents do not pool
-                if not self.alloc.can_allocate(kv + 1, final, (), s):
+                if not self.alloc.can_allocate(kv + 1, final, (), s) or \
+                        (can_hold is not None and not can_hold(kv + 1, kv + 1, (), s)):
                     break
                 self.alloc.allocate(s, kv + 1, final)
                 restored.append(s)

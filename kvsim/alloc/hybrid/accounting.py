@@ -92,7 +92,8 @@ class HybridAccounting:
         free = list(self._free)
         evictable = cache.evictable_blocks() if cache is not None else []
         assert len(set(free)) == len(free), "a block appears twice in the free list"
-        assert all(0 <= b < self._top <= self.num_blocks for b in free + evictable), "a free block outside the used range"
+        assert all(0 <= b < self._top <= self.num_blocks for b in free + evictable), \
+            "a free block outside the used range"
         holders: dict[int, list[tuple[int, int, int]]] = {}   # block -> [(seq, group, index)]
         held, nulls, reach = [0] * ng, [0] * ng, [0] * ng
         for seq_id, seq in self._seqs.items():
@@ -124,12 +125,14 @@ class HybridAccounting:
                 assert all(self._seqs[s].tokens >= (k + 1) * bs for s, _, _ in where), f"shared block {b} not full"
                 dup[g] += len(where) - 1
             if cache is not None:
-                assert self._ref.get(b) == len(where), f"block {b}: reference count {self._ref.get(b)}, {len(where)} holders"
+                assert self._ref.get(b) == len(where), \
+                    f"block {b}: reference count {self._ref.get(b)}, {len(where)} holders"
         if cache is not None:
             assert set(self._ref) == set(holders), "reference counts kept for blocks no one holds"
             cache.check({b: self._ref.get(b, 0) for b in range(self._top)})
         assert not set(holders) & set(free + evictable), "a held block is also free"
-        assert len(holders) + len(free) + len(evictable) == self._top, "a block is lost (free + held != blocks used so far)"
+        assert len(holders) + len(free) + len(evictable) == self._top, \
+            "a block is lost (free + held != blocks used so far)"
         assert (held, nulls, reach, dup) == (self._held, self._nulls, self._reach, self._dup), "group counters drifted"
         assert self._sum_tokens == sum(s.tokens for s in self._seqs.values()), "token counter drifted"
         stats = self.stats()

@@ -86,6 +86,8 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         # decode steps free blocks (a sliding or chunked group): a waiting request may fit after any
         # step, so the scheduler runs no fast-forward window while one waits (Scheduler.steady_decodes)
         self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
+        self._dropping = [(g, r) for g, r in enumerate(self.rules) if self.groups[g].kind in ("sliding", "chunked")]
+        self._taking = [(g, r) for g, r in enumerate(self.rules) if not r.state_block]   # (hot-loop subsets)
         self._top = 0                        # blocks [0, _top) have been used; the rest never were
         self._free: deque[int] = deque()     # released blocks below _top: the free queue's front
         self._seqs: dict[int, _Seq] = {}
@@ -115,9 +117,9 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
 
     def _need(self, seq: _Seq, num_tokens: int) -> int:
         """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
-        need, new = 0, seq.tokens + num_tokens
-        for rules, table in zip(self.rules, seq.tables):
-            more = rules.entries_for(new) - len(table)
+        need, new, tables = 0, seq.tokens + num_tokens, seq.tables
+        for g, rules in self._taking:
+            more = rules.entries_for(new) - len(tables[g])
             if more > 0:
                 need += more
         return need
@@ -127,7 +129,7 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
         freed blocks, newest first, go to the front of the free queue."""
         computed = seq.tokens
-        for g, rules in enumerate(self.rules):
+        for g, rules in self._dropping:
             skip = rules.skipped_entries(computed)
             z = seq.nulls[g]
             if skip > z:
@@ -231,11 +233,9 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
                 seq.tokens = tokens + 1
                 quick += 1
                 continue
-            self._drop_skipped(seq)
-            if self._need(seq, 1) > self.num_free_blocks:
+            if not self._step_one(seq):
                 self._sum_tokens += quick
                 return k - start
-            self._grow(seq, 1)
         self._sum_tokens += quick
         return len(seq_ids) - start
 
@@ -243,7 +243,7 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         """Take the blocks of `num_tokens` more tokens in every group (after `_drop_skipped`)."""
         bs, new = self.block_size, seq.tokens + num_tokens
         final = max(seq.final, new)
-        for g, rules in enumerate(self.rules):
+        for g, rules in (self._taking if final == seq.final else enumerate(self.rules)):
             table = seq.tables[g]
             entries = len(table)
             more = rules.entries_for(new) - entries

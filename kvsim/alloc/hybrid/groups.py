@@ -5,12 +5,15 @@ how many block-table entries hold a sequence of N tokens (`entries_for`), how ma
 no longer read once C tokens are computed and may be freed (`skipped_entries`; `next_take` and
 `next_drop` say at which C the next change comes, for the decode fast paths), how many blocks the
 admission gate asks of a whole sequence (`admission_blocks`, the per-request cap of a recycling
-kind) and how many it can hold at once at most (`peak_blocks`). Sources, all in vLLM 0.33:
+kind), how many it can hold at once at most (`peak_blocks`) and the longest prefix-cache hit the kind
+can serve (`find_hit`: full attention every block from the start, a sliding window its last
+cdiv(W - 1, block_size) blocks, a chunked group its current chunk's). Sources, all in vLLM 0.33:
 - `vllm/v1/core/single_type_kv_cache_manager.py`: `get_num_blocks_to_allocate` (cdiv(tokens,
   block_size) entries, the admission cap), `remove_skipped_blocks` (leading whole blocks skipped),
   `SlidingWindowManager.get_num_skipped_tokens` (max(0, C - W + 1)),
   `ChunkedLocalAttentionManager.get_num_skipped_tokens` (C // chunk * chunk), `MambaManager` (without
-  prefix caching its block holds `max_model_len` tokens: one state block per request, never skipped);
+  prefix caching its block holds `max_model_len` tokens: one state block per request, never skipped),
+  `FullAttentionManager` / `SlidingWindowManager` / `ChunkedLocalAttentionManager.find_longest_cache_hit`;
 - `vllm/v1/kv_cache_interface.py`: `SlidingWindowSpec.max_admission_blocks_per_request`
   (cdiv(min(W - 1 + in_flight, max_model_len), block_size) + 1) and
   `ChunkedLocalAttentionSpec.max_admission_blocks_per_request` (cdiv(min(chunk + in_flight,

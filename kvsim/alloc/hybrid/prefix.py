@@ -107,7 +107,8 @@ class HybridPrefix:
         cache, ref = self._cache, self._ref
         for g, (rules, found) in enumerate(zip(self.rules, tables)):
             skipped = rules.skipped_entries(hit)
-            kept = found[skipped:]
+            kept = [b for b in found[skipped:] if b != NULL_BLOCK]   # (a chunk not a multiple of blocks)
+            skipped = len(found) - len(kept) if len(found) > skipped else skipped
             for b in kept:
                 if ref.get(b, 0) == 0:
                     cache.reuse(b)

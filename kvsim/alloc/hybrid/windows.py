@@ -24,28 +24,74 @@ class HybridWindows:
         event = seq.tokens + NEVER
         if self._cache is not None:     # its next full block is registered in the prefix cache
             event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
-        for rules, table, z in zip(self.rules, seq.tables, seq.nulls):
-            take, drop = rules.next_take(len(table)), rules.next_drop(z)
+        tables, nulls = seq.tables, seq.nulls
+        for g, rules in self._taking:
+            take = rules.next_take(len(tables[g]))
             if take < event:
                 event = take
+        for g, rules in self._dropping:
+            drop = rules.next_drop(nulls[g])
             if drop < event:
                 event = drop
         seq.event = event if event > seq.tokens else seq.tokens
 
+    def _step_one(self, seq) -> bool:
+        """Grow `seq` by one token at one of its events, as `_drop_skipped`, `_need` and `_grow(seq, 1)`
+        do; False (its windows' blocks freed all the same) when a block it needs is not free. One token
+        takes at most one block per attention group: exactly those whose entries x block_size <= C."""
+        c, bs = seq.tokens, self.block_size
+        if c >= seq.final:                   # its peak grows: the general path keeps the reach
+            self._drop_skipped(seq)
+            if self._need(seq, 1) > self.num_free_blocks:
+                return False
+            self._grow(seq, 1)
+            return True
+        nulls, tables = seq.nulls, seq.tables
+        for g, rules in self._dropping:
+            if rules.next_drop(nulls[g]) <= c:
+                self._drop_skipped(seq)
+                break
+        takers = [g for g, _ in self._taking if len(tables[g]) * bs <= c]
+        if takers:
+            if len(takers) > self.num_free_blocks:
+                return False
+            final, held, reach = seq.final, self._held, self._reach
+            for g, block in zip(takers, self._take(len(takers))):
+                table = tables[g]
+                slots = len(table) * bs
+                table.append(block)
+                held[g] += 1
+                reach[g] += min(final, slots + bs) - min(final, slots)
+        seq.tokens = c + 1
+        self._sum_tokens += 1
+        if self._cache is not None:
+            self._register(seq)
+        self._set_event(seq)
+        return True
+
     def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
         """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once: no
         sequence passes its final length and, at every step, the blocks free before it cover all the
-        blocks the step takes (the blocks it frees are not counted: a safe, not always longest, window)."""
+        blocks the step takes (the blocks it frees are not counted: a safe, not always longest, window).
+        When the free blocks cover every take of the window, a closed form says so; else the window's
+        events are walked."""
         seqs = [self._seq(s) for s in seq_ids]
         steps = min([max_steps, *(s.final - s.tokens for s in seqs)])
         if steps < 1 or not seqs:
             return max(steps, 0)
+        # quick bound, frees ignored: table g of a sequence takes a block at steps room, room + bs, ...
+        # (room = entries x bs - tokens); in each round of bs steps each table takes one, in order of room
+        bs, free, taking = self.block_size, self.num_free_blocks, self._taking
+        rooms = sorted(len(s.tables[g]) * bs - s.tokens for s in seqs for g, _ in taking)
+        if not rooms or (free // len(rooms)) * bs + rooms[free % len(rooms)] >= steps:
+            return steps
         rules, state, heap = self.rules, [], []
+        ref = self._ref if self._cache is not None else None
         for k, seq in enumerate(seqs):
             state.append(([len(t) for t in seq.tables], list(seq.nulls)))
             if seq.event - seq.tokens < steps:
                 heappush(heap, (seq.event - seq.tokens, k))
-        free, step, takes, drops = self.num_free_blocks, 0, 0, 0   # free before `step`, its takes, drops
+        step, takes, drops = 0, 0, 0        # free before `step`, its takes, drops
         while heap:
             j, k = heappop(heap)
             if j > step:                      # step `step` is complete: did its takes fit?
@@ -58,7 +104,11 @@ class HybridWindows:
             for g, r in enumerate(rules):
                 skip = r.skipped_entries(computed)
                 if skip > nulls[g]:
-                    drops += skip - nulls[g]
+                    if ref is None:
+                        drops += skip - nulls[g]
+                    else:        # a block shared through the prefix cache is not freed (counted safe)
+                        table = seqs[k].tables[g]
+                        drops += sum(i >= len(table) or ref[table[i]] == 1 for i in range(nulls[g], skip))
                     nulls[g] = skip
                 more = r.entries_for(computed + 1) - entries[g]
                 if more > 0:
@@ -85,10 +135,8 @@ class HybridWindows:
                 _, k = heappop(heap)
                 seq = seqs[k]
                 seq.tokens = start[k] + j
-                self._drop_skipped(seq)
-                if self._need(seq, 1) > self.num_free_blocks:
+                if not self._step_one(seq):      # (counts its token, files its next event)
                     raise AssertionError("append_steps ran past its decode_window")
-                self._grow(seq, 1)               # (counts its token, files its next event)
                 moved += 1
                 if seq.event - start[k] < steps:
                     heappush(heap, (seq.event - start[k], k))
