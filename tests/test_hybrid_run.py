@@ -107,3 +107,22 @@ def test_jenga_runs_the_study_trace_with_the_hybrid_managers_blocks_at_one_page_
     b = kvsim.simulate(ONE, **flags)
     assert a.steps.used_blocks.tolist() == b.steps.used_blocks.tolist()
     assert a.summary["kv"]["capacity_tokens"] == b.summary["kv"]["capacity_tokens"]
+
+
+def test_per_group_breakdown_by_hand():
+    """The summary's `kv.groups` of the one-request gpt-oss run: each group's blocks per step as worked
+    out above, time-averaged with the steps' durations; the groups' token states add up to the total."""
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096)
+    w = r.steps.duration_s.to_numpy()
+    full = np.array([_cdiv(1000 + k, 16) for k in range(50)])
+    sliding = np.array([63] + [_cdiv(1000 + k, 16) - max(0, 1000 + k - 1 - 127) // 16 for k in range(1, 50)])
+    sliding_group, full_group = r.summary["kv"]["groups"]
+    assert (sliding_group["kind"], sliding_group["window"], full_group["kind"]) == ("sliding", 128, "full")
+    assert sliding_group["mean_blocks"] == pytest.approx((sliding * w).sum() / w.sum(), rel=1e-12)
+    assert full_group["mean_blocks"] == pytest.approx((full * w).sum() / w.sum(), rel=1e-12)
+    total = r.summary["kv"]["mean_fraction"]
+    for part in ("token_states", "reserved", "internal_fragmentation"):
+        assert sliding_group["mean_fraction"][part] + full_group["mean_fraction"][part] == pytest.approx(total[part])
+    uniform = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
+                             hybrid_kv_cache=False)
+    assert "groups" not in uniform.summary["kv"]

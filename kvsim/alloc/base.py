@@ -13,6 +13,8 @@ Lengths a caller passes:
 
 from __future__ import annotations
 
+from collections import namedtuple
+from itertools import chain
 from typing import NamedTuple, Protocol, Sequence
 
 
@@ -40,6 +42,22 @@ class MemoryStats(NamedTuple):
     free_blocks: int
     unshared_blocks: int
     cached_blocks: int = 0
+
+
+#: Per-group parts an allocator with KV cache groups can add to its snapshot (`with_groups`), as fields
+#: `group<j>_<part>`: blocks held and token slots written / reserved / internally fragmented.
+GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")
+_GROUPED: dict[int, type] = {}
+
+
+def with_groups(stats: MemoryStats, parts: Sequence[Sequence[int]]) -> tuple:
+    """`stats` with each group's `GROUP_PARTS` appended as named fields (`group0_blocks`, ...): a named
+    tuple with every MemoryStats field, which the engine's step log time-averages per group."""
+    cls = _GROUPED.get(len(parts))
+    if cls is None:
+        extra = [f"group{j}_{part}" for j in range(len(parts)) for part in GROUP_PARTS]
+        cls = _GROUPED[len(parts)] = namedtuple("GroupedMemoryStats", MemoryStats._fields + tuple(extra))
+    return cls(*stats, *chain.from_iterable(parts))
 
 
 class Allocator(Protocol):

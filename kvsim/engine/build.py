@@ -53,6 +53,8 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         block_size = plan.block_size
         capacity = plan.num_blocks * block_size
         alloc = _plan_allocator(plan, cfg, capacity)
+    if hasattr(alloc, "record_groups"):     # KV cache groups: per-group memory in the summary
+        alloc.record_groups = True
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
     block_ids = None
     page = cache.block_size if plan is None else plan.block_size     # tokens per block (attention)

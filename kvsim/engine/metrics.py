@@ -23,6 +23,10 @@ STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_t
                 "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
                 "external_fragmentation", "free", "unshared_blocks", "limited_by", "compute_bound")
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+#: Memory snapshot fields `group<j>_<part>` (an allocator with KV cache groups: its blocks and token
+#: slots per group) are time-averaged into the summary's `kv.groups`; parts as `GROUP_PARTS`.
+GROUP_PREFIX = "group"
+GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")
 # a buffered row: these columns, then the fields of the step's memory snapshot (a named tuple)
 _ROW = ("time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens", "limited_by",
         "compute_bound")
@@ -97,6 +101,10 @@ class StepLog:
         self.total_s += float(w.sum())
         for name in _WEIGHTED:
             self.weighted[name] += float((chunk[name] * w).sum())
+        for name in self._memory_fields:          # per-group parts of a hybrid allocator's snapshot
+            if name.startswith(GROUP_PREFIX):
+                at = len(_ROW) + self._memory_fields.index(name)
+                self.weighted[name] = self.weighted.get(name, 0.0) + float((table[:, at] * w).sum())
         for code in range(1, len(LIMITS)):
             self.limit_s[code] += float(w[chunk["limited_by"] == code].sum())
         self.compute_bound_s += float(w[chunk["compute_bound"] == 1].sum())
@@ -153,6 +161,7 @@ def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_t
     unshared = steps.time_average("unshared_blocks")
     saved = unshared - steps.time_average("used_blocks")
     num_steps, num_done = steps.num_steps, int(done.sum())
+    groups = _group_breakdown(steps, getattr(sched.alloc, "groups", ()), capacity_tokens)
     return {
         "requests_total": int(len(status)),
         "requests_finished": num_done,
@@ -170,6 +179,7 @@ def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_t
             "num_blocks": int(num_blocks), "mean_fraction": fractions,
             "peak_allocated_fraction": steps.max_allocated / capacity_tokens if num_steps else 0.0,
             "sharing_saved_fraction": saved / unshared if unshared > 0 else 0.0,
+            **({"groups": groups} if groups else {}),
         },
         "prefix_cache_hit_tokens": int(sched.prefix_hit_tokens),
         "prefix_cache_hit_rate": (sched.prefix_hit_tokens / sched.admitted_prompt_tokens
@@ -180,3 +190,21 @@ def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_t
         "sim_wall_s": sim_wall_s,
         "engine_steps": num_steps,
     }
+
+
+def _group_breakdown(steps: StepLog, groups, capacity_tokens: int) -> list[dict]:
+    """Per KV cache group (hybrid allocators): its kind (and window or chunk), mean blocks held, and the
+    time-averaged token_states / reserved / internal_fragmentation as fractions of the whole pool (the
+    pool's free and external fragmentation belong to no group); [] without group fields."""
+    out = []
+    for j, g in enumerate(groups):
+        names = [f"{GROUP_PREFIX}{j}_{part}" for part in GROUP_PARTS]
+        if names[0] not in steps.weighted:
+            return []
+        blocks, *parts = (steps.time_average(n) for n in names)
+        row = {"kind": getattr(g, "kind", str(g))}
+        row.update({k: v for k in ("window", "chunk") if (v := getattr(g, k, 0))})
+        row.update(mean_blocks=blocks, mean_fraction={c: x / capacity_tokens for c, x in
+                                                      zip(GROUP_PARTS[1:], parts)})
+        out.append(row)
+    return out

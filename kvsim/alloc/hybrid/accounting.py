@@ -11,13 +11,17 @@ blocks are never externally fragmented (0), free blocks belong to no group.
 
 from __future__ import annotations
 
-from ..base import MemoryStats
+from ..base import MemoryStats, with_groups
 from .groups import NULL_BLOCK
 
 
 class HybridAccounting:
     """`block_table`, `group_block_tables`, `stats`, `group_stats` and `check_invariants` of
     `HybridAllocator`."""
+
+    #: True: `stats()` also carries each group's parts (`kvsim.alloc.base.with_groups`), for the engine's
+    #: per-group time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
+    record_groups = False
 
     def block_table(self, seq_id: int) -> list[int]:
         """A copy of `seq_id`'s first group's block table (`NULL_BLOCK` = -1 for skipped entries)."""
@@ -76,14 +80,15 @@ class HybridAccounting:
         """Memory breakdown in token slots over the whole pool (the groups summed, plus the free blocks).
         Paged memory has no external fragmentation, so `head_*` is unused."""
         used = tokens = reserved = internal = 0
-        for g in range(len(self.rules)):
-            parts = self._group_parts(g)
+        groups = [self._group_parts(g) for g in range(len(self.rules))]
+        for parts in groups:
             used, tokens = used + parts[0], tokens + parts[1]
             reserved, internal = reserved + parts[2], internal + parts[3]
         free = self.num_free_blocks
         cached = self._cache.num_evictable if self._cache is not None else 0
-        return MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * self.block_size,
-                           used, free, sum(self._held), cached)
+        stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * self.block_size,
+                            used, free, sum(self._held), cached)
+        return with_groups(stats, groups) if self.record_groups else stats
 
     # ---- checks --------------------------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..base import MemoryStats
+from ..base import MemoryStats, with_groups
 from ..hybrid import NULL_BLOCK
 
 
 class JengaAccounting:
     """`block_table`, `group_block_tables`, `num_tokens`, `stats`, `group_stats`, `large_page_waste`,
     `check_invariants` and the (disabled) fast-forward of `JengaAllocator`."""
+
+    #: True: `stats()` also carries each group's parts (`kvsim.alloc.base.with_groups`), for the engine's
+    #: per-group time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
+    record_groups = False
 
     def block_table(self, seq_id: int) -> list[int]:
         """A copy of `seq_id`'s first group's table (page ids as that group sees the pool; -1: skipped)."""
@@ -68,14 +72,15 @@ class JengaAccounting:
         """The pool's breakdown in token slots (the groups summed, plus the free large pages); blocks are
         large pages. `head_*` is unused: stranded small pages count as external fragmentation always."""
         tokens = reserved = internal = external = 0
-        for g in range(len(self.rules)):
-            parts = self._group_parts(g)
+        groups = [self._group_parts(g) for g in range(len(self.rules))]
+        for parts in groups:
             tokens, reserved = tokens + parts[1], reserved + parts[2]
             internal, external = internal + parts[3], external + parts[4]
         free = self.pool.free_large
         used = self.layout.num_large - free
-        return MemoryStats(self.capacity_tokens, tokens, reserved, internal, external,
-                           free * self.layout.slots_per_large, used, free, used, 0)
+        stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, external,
+                            free * self.layout.slots_per_large, used, free, used, 0)
+        return with_groups(stats, [g[:4] for g in groups]) if self.record_groups else stats
 
     def large_page_waste(self) -> float:
         """The share of the pool's usable bytes lost to Jenga's two-level fragmentation now: free small
