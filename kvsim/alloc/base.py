@@ -57,7 +57,7 @@ def with_groups(stats: MemoryStats, parts: Sequence[Sequence[int]]) -> tuple:
     if cls is None:
         extra = [f"group{j}_{part}" for j in range(len(parts)) for part in GROUP_PARTS]
         cls = _GROUPED[len(parts)] = namedtuple("GroupedMemoryStats", MemoryStats._fields + tuple(extra))
-    return cls(*stats, *chain.from_iterable(parts))
+    return cls._make((*stats, *chain.from_iterable(parts)))
 
 
 class Allocator(Protocol):

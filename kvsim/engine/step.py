@@ -146,7 +146,7 @@ class Stepper:
             step_time = self.cost.step_time
             durations = [step_time(0, 0, num_seqs, c)
                          for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
-        if self._capped is not None:
+        if self._capped is not None and contexts:
             durations = [d + c for d, c in zip(durations, self._capped.window_times(contexts, steps).tolist())]
         if self.cpu_seconds is not None:
             cpu = self.cpu_seconds(num_seqs)
@@ -203,10 +203,10 @@ class Stepper:
         num_seqs = len(ids)
         contexts = sched.window_contexts() if self._capped is not None else ()
         if not sched.waiting and next_arrival < len(times):
-            # the next arrival ends the window (it would be admitted); steps only lengthen (or, at a
-            # chunked layer's chunk boundary, shorten: the window is then only cut shorter), so
-            # none starting after the first's duration x this many can be in it
-            first = self.decode_seconds(num_seqs, context + num_seqs, 1, contexts)[0]
+            # the next arrival ends the window (it would be admitted); steps only lengthen, so none
+            # starting after the first's duration x this many can be in it (a bound only: the
+            # arrivals below cut the window exactly; the full-context part of the first step suffices)
+            first = self.decode_seconds(num_seqs, context + num_seqs, 1)[0]
             if first > 0:
                 steps = min(steps, int((times[next_arrival] - now) / first) + 2)
         durations = self.decode_seconds(num_seqs, context + num_seqs, steps, contexts)

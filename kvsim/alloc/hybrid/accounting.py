@@ -78,16 +78,27 @@ class HybridAccounting:
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """Memory breakdown in token slots over the whole pool (the groups summed, plus the free blocks).
-        Paged memory has no external fragmentation, so `head_*` is unused."""
+        Paged memory has no external fragmentation, so `head_*` is unused. (The engine asks once per
+        step: `_group_parts` is inlined.)"""
+        bs, total, held_all, dup, nulls, reach_all = (self.block_size, self._sum_tokens, self._held, self._dup,
+                                                      self._nulls, self._reach)
         used = tokens = reserved = internal = 0
-        groups = [self._group_parts(g) for g in range(len(self.rules))]
-        for parts in groups:
+        groups = []
+        for g, rules in enumerate(self.rules):
+            held = held_all[g] - dup[g]
+            if rules.state_block:
+                parts = (held, held * bs, 0, 0)
+            else:
+                gone = (nulls[g] + dup[g]) * bs
+                written, reach = total - gone, reach_all[g] - gone
+                parts = (held, written, reach - written, held * bs - reach)
+            groups.append(parts)
             used, tokens = used + parts[0], tokens + parts[1]
             reserved, internal = reserved + parts[2], internal + parts[3]
         free = self.num_free_blocks
         cached = self._cache.num_evictable if self._cache is not None else 0
-        stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * self.block_size,
-                            used, free, sum(self._held), cached)
+        stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
+                            used, free, sum(held_all), cached)
         return with_groups(stats, groups) if self.record_groups else stats
 
     # ---- checks --------------------------------------------------------------------------------

@@ -88,6 +88,10 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
         self._dropping = [(g, r) for g, r in enumerate(self.rules) if self.groups[g].kind in ("sliding", "chunked")]
         self._taking = [(g, r) for g, r in enumerate(self.rules) if not r.state_block]   # (hot-loop subsets)
+        # the decode fast path's views of them: groups that take entries (each at entries x block_size,
+        # `FullRules.next_take`) and the groups' bound `next_drop`
+        self._take_ids = [g for g, _ in self._taking]
+        self._drop_next = [(g, r.next_drop) for g, r in self._dropping]
         self._top = 0                        # blocks [0, _top) have been used; the rest never were
         self._free: deque[int] = deque()     # released blocks below _top: the free queue's front
         self._seqs: dict[int, _Seq] = {}

@@ -21,19 +21,20 @@ class HybridWindows:
 
     def _set_event(self, seq) -> None:
         """File the computed tokens at which `seq`'s next one-token growth does more than count."""
-        event = seq.tokens + NEVER
+        bs, tokens = self.block_size, seq.tokens
+        event = tokens + NEVER
         if self._cache is not None:     # its next full block is registered in the prefix cache
-            event = -(-(seq.tokens + 1) // self.block_size) * self.block_size - 1
+            event = -(-(tokens + 1) // bs) * bs - 1
         tables, nulls = seq.tables, seq.nulls
-        for g, rules in self._taking:
-            take = rules.next_take(len(tables[g]))
+        for g in self._take_ids:        # (`next_take` of every taking kind: entries x block_size)
+            take = len(tables[g]) * bs
             if take < event:
                 event = take
-        for g, rules in self._dropping:
-            drop = rules.next_drop(nulls[g])
+        for g, next_drop in self._drop_next:
+            drop = next_drop(nulls[g])
             if drop < event:
                 event = drop
-        seq.event = event if event > seq.tokens else seq.tokens
+        seq.event = event if event > tokens else tokens
 
     def _step_one(self, seq) -> bool:
         """Grow `seq` by one token at one of its events, as `_drop_skipped`, `_need` and `_grow(seq, 1)`
@@ -47,11 +48,11 @@ class HybridWindows:
             self._grow(seq, 1)
             return True
         nulls, tables = seq.nulls, seq.tables
-        for g, rules in self._dropping:
-            if rules.next_drop(nulls[g]) <= c:
+        for g, next_drop in self._drop_next:
+            if next_drop(nulls[g]) <= c:
                 self._drop_skipped(seq)
                 break
-        takers = [g for g, _ in self._taking if len(tables[g]) * bs <= c]
+        takers = [g for g in self._take_ids if len(tables[g]) * bs <= c]
         if takers:
             if len(takers) > self.num_free_blocks:
                 return False
