@@ -79,7 +79,7 @@ def hybrid_report(df: pd.DataFrame, plan: StudyPlan | None = None) -> Report:
                           "(little to free there) and shorter than the long prompts (much to free); and vLLM "
                           "pads its 52 sliding layers into six groups of ten layer slots (60 for 52), so below "
                           "the window the hybrid manager holds 70 layer slots per token against uniform "
-                          "pages' 62 (a negative waste: the padding Jenga's LCM pages avoid)",
+                          "pages' 62: the padding Jenga's LCM pages avoid (its rows hold less per request)",
            "Llama-4-Scout": "Llama 4's chunks of 8,192 tokens free nothing below 8,192 tokens of context, "
                             "so at these lengths its layouts run the same (vLLM also leaves its hybrid "
                             "manager off for chunked attention by default)"}
