@@ -273,6 +273,11 @@ class SchedulerBase:
         kv_len, n = self.kv_len, self.n
         return [(kv_len[i] + 1, n[i]) for i in self.running]
 
+    def kv_groups(self) -> tuple:
+        """The allocator's KV cache groups (each with `kind` and, if any, `window` / `chunk`); () for an
+        allocator without groups."""
+        return tuple(getattr(self.alloc, "groups", ()))
+
     def computed_tokens(self, i: int) -> int:
         """KV slots of request `i` (each sequence) computed so far: prompt chunks and outputs."""
         return self.kv_len[i] - self.prefill_left[i]
