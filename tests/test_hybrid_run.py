@@ -126,3 +126,20 @@ def test_per_group_breakdown_by_hand():
     uniform = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
                              hybrid_kv_cache=False)
     assert "groups" not in uniform.summary["kv"]
+
+
+def test_compare_adds_uniform_pages_and_jenga_for_hybrid_models(tmp_path):
+    trace, out = tmp_path / "t.jsonl", tmp_path / "c.json"
+    trace.write_text("".join(f'{{"arrival_s": {i / 10}, "prompt_tokens": {200 + 50 * i}, "output_tokens": 20}}\n'
+                             for i in range(6)))
+    res = CliRunner().invoke(app, ["compare", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
+                                   "--max-model-len", "4096", "--kv-gib", "1", "--quiet", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    import json
+    runs = json.loads(out.read_text())
+    assert list(runs) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle", "static",
+                          "paged-uniform", "jenga"]
+    assert all(r["requests_finished"] == 6 for r in runs.values())
+    res = CliRunner().invoke(app, ["compare", str(trace), "--model", "llama-3-8b", "--kv-gib", "1", "--quiet",
+                                   "--json", str(out)])
+    assert res.exit_code == 0 and "jenga" not in json.loads(out.read_text())

@@ -204,6 +204,12 @@ COMPARED = {
     "contiguous-oracle": ({"allocator": "contiguous", "reserve": "oracle"}, {}),
     "static": ({"allocator": "contiguous", "reserve": "max"}, {"batching": "static"}),
 }
+#: Added for models with sliding, chunked or Mamba layers: every layer paged as full attention (vLLM's
+#: --disable-hybrid-kv-cache-manager; not for Mamba, which vLLM refuses) and Jenga's allocator.
+COMPARED_HYBRID = {
+    "paged-uniform": ({"allocator": "paged", "hybrid_kv_cache": False}, {}),
+    "jenga": ({"allocator": "jenga"}, {}),
+}
 
 
 @app.command()
@@ -217,7 +223,9 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             engine_profile: str = ProfileOpt, calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
             max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt, quiet: bool = QuietOpt) -> None:
-    """Run paged, the three contiguous reservations and static batching on TRACE, side by side."""
+    """Run paged, the three contiguous reservations and static batching on TRACE, side by side (for
+    models with sliding-window, chunked or Mamba layers also every layer paged as full attention and
+    Jenga's allocator)."""
     from kvsim.cli.output import Progress, error, print_comparison
     from kvsim.engine.sim import simulate
     from kvsim.trace.formats import load_trace
@@ -233,7 +241,13 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
-        for name, (cache, sched) in COMPARED.items():
+        systems = dict(COMPARED)
+        kinds = {g.kind for g in base.deployment.model.layer_groups}
+        if kinds & {"sliding", "chunked", "mamba"}:
+            systems.update({k: v for k, v in COMPARED_HYBRID.items()
+                            if not (k == "paged-uniform" and "mamba" in kinds) and not
+                            (k == "jenga" and base.cache.num_blocks is not None)})
+        for name, (cache, sched) in systems.items():
             cfg = replace(base, cache=replace(base.cache, **cache),
                           scheduler=replace(base.scheduler, **sched))
             with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet,
