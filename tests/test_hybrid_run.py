@@ -143,3 +143,12 @@ def test_compare_adds_uniform_pages_and_jenga_for_hybrid_models(tmp_path):
     res = CliRunner().invoke(app, ["compare", str(trace), "--model", "llama-3-8b", "--kv-gib", "1", "--quiet",
                                    "--json", str(out)])
     assert res.exit_code == 0 and "jenga" not in json.loads(out.read_text())
+
+
+def test_run_prints_a_row_per_kv_cache_group(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 1000, "output_tokens": 50}\n')
+    res = CliRunner().invoke(app, ["run", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
+                                   "--num-blocks", "1000", "--max-model-len", "4096"])
+    assert res.exit_code == 0, res.output
+    assert "KV group sliding W128" in res.output and "KV group full" in res.output

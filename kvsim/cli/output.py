@@ -107,6 +107,10 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     for name, value in _rows(summary):
         table.add_row(name, value)
+    for g in summary["kv"].get("groups", ()):       # a hybrid model's KV cache groups
+        span = f" W{g['window']}" if "window" in g else f" C{g['chunk']}" if "chunk" in g else ""
+        table.add_row(f"KV group {g['kind']}{span}", f"{g['mean_blocks']:,.0f} blocks, "
+                      f"{g['mean_fraction']['token_states']:.1%} token states")
     console.print(table)
 
 
