@@ -20,12 +20,13 @@ pages stranded in another group's large pages; contiguous: external fragmentatio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from kvsim.engine.build import build_run, jenga_allocator
 from kvsim.engine.config import kv_cache_plan, kv_capacity
+from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, blocks_per_request
 from kvsim.planning.runs import make_config, simulate
 from kvsim.trace.synthetic import generate
 
@@ -79,19 +80,16 @@ QUICK = StudyPlan(models={"gpt-oss-120b": MODELS["gpt-oss-120b"]},
 def startup_row(flags: dict) -> dict:
     """KV tokens and maximum concurrency at the maximum length: vLLM 0.33's start-up figures (paged
     layouts); for Jenga, the same formula over its pages (pool / the bytes a max-length request needs per
-    layer kind, as many blocks per kind as vLLM's plan counts); for contiguous layouts, whole
+    layer kind, counted in blocks per kind by vLLM's rule at Jenga's block size); for contiguous layouts, whole
     max-length reservations (each group its share) and their tokens."""
     cfg = make_config(**flags).resolved()
     max_len = cfg.deployment.model.max_seq_len
     if cfg.cache.allocator == "jenga":
         alloc = jenga_allocator(cfg)
         pool = alloc.layout.num_large * alloc.layout.large_page_bytes
-        plan = kv_cache_plan(replace(cfg, cache=replace(cfg.cache, allocator="paged", hybrid_kv_cache=True)))
-        per_kind = {(g.kind, g.window or g.chunk or 0): g.blocks_per_request for g in plan.groups}
-        def blocks(g) -> int:           # (Jenga pages MLA like full attention; the plan names it mla)
-            key = (g.kind, g.window or g.chunk)
-            return per_kind[key if key in per_kind else ("mla", 0)]
-        need = sum(blocks(g) * g.page_bytes for g in alloc.groups)
+        in_flight = MAX_CONCURRENT_BATCHES * cfg.scheduler.max_batched_tokens
+        need = sum(g.page_bytes * blocks_per_request(g.kind, g.window, g.chunk, cfg.cache.block_size, max_len,
+                                                     in_flight, cfg.cache.prefix_caching) for g in alloc.groups)
         conc = pool / need
         return {"kv_tokens": int(conc * max_len), "max_concurrency": conc, "kv_bytes_per_gpu": pool}
     plan = kv_cache_plan(cfg) if cfg.cache.allocator == "paged" else None

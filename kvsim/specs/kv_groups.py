@@ -105,8 +105,8 @@ def _block_size(model: ModelSpec, tp: int, block_size: int) -> tuple[int, int | 
     return block_size, block_size * page_1
 
 
-def _blocks_per_request(kind: str, window: int | None, chunk: int | None, block_size: int, max_len: int,
-                        in_flight: int, prefix_caching: bool) -> int:
+def blocks_per_request(kind: str, window: int | None, chunk: int | None, block_size: int, max_len: int,
+                       in_flight: int, prefix_caching: bool) -> int:
     """Blocks one max-length request needs in one group of `kind` (vLLM's max_memory_usage_bytes)."""
     if kind == "sliding":
         return _cdiv(min(window - 1 + in_flight, max_len), block_size) + 1
@@ -161,7 +161,7 @@ def plan_kv_cache(model: ModelSpec, tp: int = 1, block_size: int = 16, *,
     buckets = _buckets(model, tp, block_size, hybrid, mamba_page)
 
     def needed(b) -> int:
-        return _blocks_per_request(b[0], b[1], b[2], block_size, max_len, in_flight, prefix_caching)
+        return blocks_per_request(b[0], b[1], b[2], block_size, max_len, in_flight, prefix_caching)
 
     if len({(b[0], b[1], b[2]) for b in buckets}) == 1:      # one kind: one group of every layer
         layers = sum(b[4] for b in buckets)
