@@ -89,3 +89,13 @@ def test_docstring_examples_run():
                  "kvsim.planning.report", "kvsim.planning.report_build"):
         result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, name
+
+
+def test_mamba_models_say_which_block_size_vllm_runs():
+    """Nemotron-H's Mamba state needs 1,040-token attention blocks at TP 1 (vLLM's
+    _align_hybrid_block_size; tests/test_specs_hybrid.py): the tuner says its candidates ran at that."""
+    tr = kvsim.generate_trace("alpaca", rate_rps=5, num_requests=10, seed=0)
+    r = kvsim.tune_block_size(tr, block_sizes=(16, 64), model="nemotron-h-8b", gpu="h100-80gb", max_model_len=8192)
+    assert "(asked -> run: 16 -> 1040, 64 -> 1088 tokens)" in r.reason
+    plain = kvsim.tune_block_size(tr, block_sizes=(16, 64), model="llama-3-8b", gpu="h100-80gb")
+    assert "Note:" not in plain.reason

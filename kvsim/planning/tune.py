@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from kvsim.engine.config import SimConfig
+from kvsim.engine.config import SimConfig, kv_cache_plan
 from kvsim.cost.roofline import CostModel
 from kvsim.planning.bookkeeping import Bookkeeping
 from kvsim.planning.runs import make_config
@@ -171,7 +171,20 @@ def tune_block_size(trace: Trace | str, *, block_sizes=BLOCK_SIZES, bookkeeping:
                 "mean_peak": float((trace.prompt_tokens + trace.output_tokens - 1).mean()),
                 "capacity_tokens": sat[0].summary["kv"]["capacity_tokens"], "bookkeeping": bk.source}
     result = TuneResult(curve, rec, (int(good.min()), int(good.max())), "", workload)
-    return replace(result, reason=explain(result))
+    return replace(result, reason=explain(result) + _raised_note(cfgs, sizes))
+
+
+def _raised_note(cfgs: list, sizes: list[int]) -> str:
+    """A sentence when vLLM's plan runs a candidate at another block size (Mamba / linear-attention
+    layers: the attention block grows until a page covers a state), else ''."""
+    plans = [kv_cache_plan(c.resolved()) for c in cfgs]
+    raised = [(b, p.block_size) for b, p in zip(sizes, plans) if p is not None and p.block_size != b]
+    if not raised:
+        return ""
+    pairs = ", ".join(f"{b} -> {actual}" for b, actual in raised)
+    return (f" Note: vLLM runs this model's attention with larger blocks than asked, so that a page covers "
+            f"its Mamba state (asked -> run: {pairs} tokens): the runs compare those block sizes, not the "
+            f"ones asked.")
 
 
 def explain(r: TuneResult) -> str:
