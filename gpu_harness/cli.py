@@ -178,8 +178,9 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
                                        "trace and flags (default: run kvsim now, which needs simpy)."),
            json_out: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
            seed: int = typer.Option(0, "--seed", help="Random seed for K, V and queries.")) -> None:
-    """Replay TRACE on a real KV pool driven by kvsim's scheduler and paged allocator: store_kv for
-    every new token, paged_decode for every decoding sequence, outputs checked against a contiguous
+    """Replay TRACE on a real KV pool driven by kvsim's scheduler and paged allocator (the hybrid one,
+    one block table per KV cache group, for sliding-window, chunked or Mamba layers): store_kv for
+    every new token, paged_decode for every decoding sequence (and group), outputs checked against a contiguous
     reference (proves kernels reading kvsim's block tables see the right K/V: no aliasing, correct
     copy-on-write), and a pool audit at every step: every written token read back through its table,
     the distinct blocks the live tables reach counted and compared with kvsim's allocator counters and

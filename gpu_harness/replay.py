@@ -21,6 +21,15 @@ tables are counted; that count is compared with kvsim's allocator counters for t
 `used_blocks`) and, given `predicted_blocks`, with a separate kvsim run's steps.csv. An allocator that
 double-books a block fails both: the readback (the second writer overwrote the first) and the count.
 What stays kvsim's own: which sequences run when (the scheduler), and the block tables themselves.
+
+A hybrid model (KV cache groups: sliding window, chunked local, Mamba beside full attention) replays
+under kvsim's hybrid allocator (`kvsim.alloc.hybrid`, vLLM's hybrid KV cache manager): the plan carries
+one table per group and sequence (`StepPlan.group_tables`), the pool (`gpu_harness.replay_pool`) pages
+layer j of every group into the same tensor, each group writes its tokens through its own table (never
+through a null entry: a skipped block) and decodes with its kernel (`paged_decode` with `window=W` or
+`chunk=C`; a Mamba group pages nothing and is only counted), against the reference over the same
+window. A table that would make a kernel write or read through a null entry ends the replay with that
+step as its mismatch. Every group's layers share the replayed shape (`ReplayShape`).
 """
 
 from __future__ import annotations

@@ -130,3 +130,21 @@ def test_skipped_blocks_left_in_the_tables_are_caught(monkeypatch):
     report = replay(one_request(30, 12), config(40), SHAPE, "cpu", check_every=1000)
     assert not report.ok
     assert "blocks in use" in report.first_mismatch or "reads back other data" in report.first_mismatch
+
+
+def test_device_check_hybrid_prediction_is_the_simulators():
+    """gpu_harness/device_check.sh (STEPS=hybrid) replays 300 Alpaca-like requests at gpt-oss-20b's shape
+    on an H200 against this shipped prediction, which must stay what kvsim predicts for the same flags."""
+    from pathlib import Path
+
+    from kvsim.specs import get_model
+    from kvsim.trace.formats import load_trace
+    root = Path(__file__).resolve().parents[2]
+    name = "alpaca-300-gpt-oss-20b-h200"
+    cfg = SimConfig(Deployment(get_model("gpt-oss-20b"), get_gpu("h200")), CacheConfig(), SchedulerConfig(),
+                    engine_profile="ideal")
+    predicted = simulate(load_trace(root / "traces" / "alpaca_30rps_2min.jsonl").head(300), cfg)
+    rows = (root / "gpu_harness" / "expected" / f"{name}.csv").read_text().splitlines()
+    assert rows[0] == "step,used_blocks"
+    assert [int(r.split(",")[1]) for r in rows[1:]] == predicted.steps.used_blocks.tolist()
+    assert f"{name}:" in (root / "gpu_harness" / "device_check.sh").read_text()
