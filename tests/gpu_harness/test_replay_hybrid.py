@@ -15,7 +15,7 @@ from kvsim.alloc.hybrid.groups import SlidingRules
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, ModelSpec, get_gpu
-from kvsim.specs.layers import LayerGroup
+from kvsim.specs.layers import LayerGroup, MambaState
 from kvsim.trace.table import Trace
 
 W, BS = 8, 4
@@ -148,3 +148,47 @@ def test_device_check_hybrid_prediction_is_the_simulators():
     assert rows[0] == "step,used_blocks"
     assert [int(r.split(",")[1]) for r in rows[1:]] == predicted.steps.used_blocks.tolist()
     assert f"{name}:" in (root / "gpu_harness" / "device_check.sh").read_text()
+
+
+def run_model(model, cache, tr):
+    cfg = SimConfig(Deployment(model, get_gpu("a100-40gb")), cache, SchedulerConfig())
+    predicted = simulate(tr, cfg).steps.used_blocks.tolist()
+    return replay(tr, cfg, SHAPE, "cpu", predicted), predicted
+
+
+def test_chunked_local_group_replays_with_its_chunk():
+    """Llama 4's layout in miniature (chunks of 8 tokens beside full attention, vLLM's hybrid manager
+    turned on): one request of 30 + 12 tokens (41 written). At the last decode 40 tokens are computed,
+    so the chunked group skips 40 // 8 * 8 = 40 tokens, 10 of its cdiv(41, 4) = 11 entries: it holds 1
+    block, the full group 11."""
+    model = ModelSpec("tiny-scout", 4, 256, 4, 2, 16, 2, 64, 1e8,
+                      layer_groups=(LayerGroup("chunked", 2, 2, 16, chunk=8), LayerGroup("full", 2, 2, 16)))
+    report, predicted = run_model(model, CacheConfig(block_size=BS, num_blocks=40, hybrid_kv_cache=True),
+                                  one_request(30, 12))
+    assert report.ok, report
+    assert predicted[-1] == 1 + 11
+
+
+def test_mamba_group_is_counted_not_paged():
+    """Qwen3-Next's layout in miniature (Mamba layers beside full attention): vLLM raises the block size
+    to 16 so one block holds a layer's Mamba state; one request of 30 + 12 tokens ends holding its
+    state block and cdiv(41, 16) = 3 full-attention blocks. The replay pages the full group only."""
+    state = MambaState(conv_dim=8, conv_kernel=4, ssm_heads=2, ssm_shape=(4, 4), conv_dtype_bytes=2,
+                       ssm_dtype_bytes=2)
+    model = ModelSpec("tiny-next", 4, 256, 4, 2, 16, 2, 64, 1e8,
+                      layer_groups=(LayerGroup("mamba", 2, state=state), LayerGroup("full", 2, 2, 16)))
+    report, predicted = run_model(model, CacheConfig(block_size=BS, num_blocks=40), one_request(30, 12))
+    assert report.ok, report
+    assert predicted[-1] == 1 + 3
+
+
+def test_prefix_cache_hits_across_groups():
+    """Five requests sharing a 20-token prefix: later ones take their hits from both groups (the sliding
+    group only the blocks its window still reads) and the pool reads them back as written."""
+    rng = np.random.default_rng(1)
+    num = 5
+    tr = Trace.from_arrays(np.sort(rng.uniform(0, 0.2, num)), rng.integers(24, 30, num), rng.integers(5, 9, num),
+                           prefix_group=["g"] * num, prefix_tokens=[20] * num)
+    report, _ = run_model(TINY_OSS, CacheConfig(block_size=BS, num_blocks=40, prefix_caching=True), tr)
+    assert report.ok, report
+    assert report.tokens_written < int(tr.prompt_tokens.sum() + (tr.output_tokens - 1).sum())
