@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvsim.alloc import make_allocator
+from kvsim.alloc.contiguous_groups import GroupedContiguousAllocator, GroupShare
 from kvsim.alloc.hybrid import GroupSpec
 from kvsim.engine.config import SimConfig, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
@@ -44,6 +45,10 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     if cache.allocator == "jenga":
         alloc = jenga_allocator(cfg)
         capacity, block_size = alloc.capacity_tokens, cache.block_size
+    elif cache.allocator == "contiguous" and any(g.kind in ("sliding", "chunked", "mamba")
+                                                 for g in dep.model.layer_groups):
+        alloc = grouped_contiguous_allocator(cfg)     # each group reserves its own share
+        capacity = alloc.capacity_tokens
     elif plan is None:
         capacity = kv_capacity(cfg)
         alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
@@ -56,6 +61,8 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
     if hasattr(alloc, "record_groups"):     # KV cache groups: per-group memory in the summary
         alloc.record_groups = True
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
+    if isinstance(alloc, GroupedContiguousAllocator):    # (its slots are `unit_bytes` each, per GPU)
+        swap_tokens = int(cache.swap_gib * GIB // alloc.unit_bytes)
     block_ids = None
     page = cache.block_size if plan is None else plan.block_size     # tokens per block (attention)
     if cache.prefix_caching:
@@ -99,12 +106,7 @@ def jenga_allocator(cfg: SimConfig):
     from kvsim.alloc.jenga import groups_from_layers
     dep, cache, sched = cfg.deployment, cfg.cache, cfg.scheduler
     model, tp = dep.model, dep.tp
-    if cache.kv_gib is not None:
-        if not 0 < cache.kv_gib < float("inf"):
-            raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
-        pool = int(cache.kv_gib * GIB // tp)
-    else:
-        pool = int(dep.kv_memory_per_gpu(cache.gpu_mem_util, sched.max_batched_tokens))
+    pool = _kv_bytes_per_gpu(cfg)
     layers = []
     for g in model.groups:
         kind = "full" if g.kind == "mla" else g.kind
@@ -115,3 +117,38 @@ def jenga_allocator(cfg: SimConfig):
                           prefix_caching=cache.prefix_caching, groups=groups, pool_bytes=pool,
                           max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
                           prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)
+
+
+def _kv_bytes_per_gpu(cfg: SimConfig) -> int:
+    """KV bytes one GPU holds: `--kv-gib` / tp, `--num-blocks` blocks of full-attention pages, or what
+    its memory leaves at `--gpu-mem-util`."""
+    dep, cache, sched = cfg.deployment, cfg.cache, cfg.scheduler
+    if cache.kv_gib is not None:
+        if not 0 < cache.kv_gib < float("inf"):
+            raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
+        return int(cache.kv_gib * GIB // dep.tp)
+    if cache.num_blocks is not None:
+        if cache.num_blocks < 1:
+            raise ValueError(f"--num-blocks must be positive, got {cache.num_blocks}")
+        return cache.num_blocks * cache.block_size * dep.model.kv_bytes_per_token(dep.tp)
+    return int(dep.kv_memory_per_gpu(cache.gpu_mem_util, sched.max_batched_tokens))
+
+
+def grouped_contiguous_allocator(cfg: SimConfig) -> GroupedContiguousAllocator:
+    """Contiguous reservations per layer group (`kvsim.alloc.contiguous_groups`) over one GPU's KV bytes:
+    full and MLA layers keep the reservation's every token, sliding layers their window, chunked layers
+    their chunk, Mamba layers their state; slots of the gcd of those byte sizes."""
+    from math import gcd
+    dep, cache = cfg.deployment, cfg.cache
+    model, tp = dep.model, dep.tp
+    parts = []
+    for g in model.layer_groups:
+        if g.kind == "mamba":
+            parts.append(("mamba", 0, g.state_bytes_per_request(tp)))
+        else:
+            kind = "full" if g.kind == "mla" else g.kind
+            parts.append((kind, g.window or g.chunk or 0, g.bytes_per_token(tp, model.kv_bytes)))
+    unit = gcd(*(b for _, _, b in parts))
+    shares = [GroupShare(kind, span, b // unit) for kind, span, b in parts]
+    return GroupedContiguousAllocator(_kv_bytes_per_gpu(cfg) // unit, model.max_seq_len, shares,
+                                      reserve=cache.reserve, placement=cache.placement, unit_bytes=unit)

@@ -273,6 +273,11 @@ class SchedulerBase:
         kv_len, n = self.kv_len, self.n
         return [(kv_len[i] + 1, n[i]) for i in self.running]
 
+    def kv_groups(self) -> tuple:
+        """The allocator's KV cache groups (each with `kind` and, if any, `window` / `chunk`); () for an
+        allocator without groups."""
+        return tuple(getattr(self.alloc, "groups", ()))
+
     def computed_tokens(self, i: int) -> int:
         """KV slots of request `i` (each sequence) computed so far: prompt chunks and outputs."""
         return self.kv_len[i] - self.prefill_left[i]
@@ -285,10 +290,8 @@ class SchedulerBase:
         """Block ids of every sequence of the running requests (paged allocators only); with `groups`,
         one table per KV cache group (the hybrid allocator's `group_block_tables`; else one group)."""
         alloc = self.alloc
-        if groups:
-            each = getattr(alloc, "group_block_tables", None) or (lambda s: [alloc.block_table(s)])
-        else:
-            each = alloc.block_table
+        each = ((getattr(alloc, "group_block_tables", None) or (lambda s: [alloc.block_table(s)])) if groups
+                else alloc.block_table)
         return {s: each(s) for i in self.running for s in self.seq_ids(i)}
 
     def request_columns(self) -> dict[str, np.ndarray]:

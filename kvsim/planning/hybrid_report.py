@@ -55,7 +55,13 @@ def hybrid_report(df: pd.DataFrame, plan: StudyPlan | None = None) -> Report:
     startup = df.drop_duplicates(["model", "system"])[_STARTUP]
     rep.heading("Start-up figures")
     rep.table("startup", startup, "KV tokens vLLM logs (\"GPU KV cache size\") and maximum concurrency at "
-              "the maximum model length (32,768 tokens), per GPU memory left after weights")
+              "the maximum model length (32,768 tokens), per GPU memory left after weights; Jenga: the same "
+              "formula over its pages; contiguous: whole max-length reservations")
+    rep.paragraph(
+        "vLLM's concurrency counts, for a sliding or chunked group, its admission cap: the window or chunk "
+        "plus the tokens of the batches in flight (2 x 8,192), not the window alone, so at start-up it "
+        "promises less than the manager holds at run time; a contiguous reservation per group counts the "
+        "window alone, which is why it can show more concurrency here than the paged layouts.")
     rep.heading("Simulated runs")
     rep.table("runs", df[_RUN], "mean batch (requests), output tokens/s, normalized latency (s/token), "
               "KV per running request (MiB per GPU), the share of it the hybrid manager does not need (negative: "
@@ -73,7 +79,7 @@ def hybrid_report(df: pd.DataFrame, plan: StudyPlan | None = None) -> Report:
                           "(little to free there) and shorter than the long prompts (much to free); and vLLM "
                           "pads its 52 sliding layers into six groups of ten layer slots (60 for 52), so below "
                           "the window the hybrid manager holds 70 layer slots per token against uniform "
-                          "pages' 62 (a negative waste: the padding Jenga's LCM pages avoid)",
+                          "pages' 62: the padding Jenga's LCM pages avoid (its rows hold less per request)",
            "Llama-4-Scout": "Llama 4's chunks of 8,192 tokens free nothing below 8,192 tokens of context, "
                             "so at these lengths its layouts run the same (vLLM also leaves its hybrid "
                             "manager off for chunked attention by default)"}

@@ -8,7 +8,8 @@ summarization-like) trace, the same GPU memory is held as
   window; for Llama 4 vLLM's own default turns it off, `--hybrid-kv-cache` turns it on here);
 - `Jenga`: Jenga's two-level allocator (SOSP 2025): one group per layer kind at its natural page size,
   large pages of their LCM, a request's small pages placed together (`kvsim.alloc.jenga`);
-- `contiguous`: one reservation of the maximum length per request, every layer as full attention;
+- `contiguous`: one reservation of the maximum length per request, each layer group its share (a
+  sliding group its window, a chunked group its chunk: `kvsim.alloc.contiguous_groups`);
 and kvsim reports the start-up figures (KV tokens, maximum concurrency at the maximum length), then
 simulates each trace to give the batch the memory sustains, throughput, preemptions and the KV memory
 a running request holds on average (`kv_per_request_mib`: allocated KV bytes per GPU over the mean
@@ -19,11 +20,11 @@ pages stranded in another group's large pages; contiguous: external fragmentatio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from kvsim.engine.build import jenga_allocator
+from kvsim.engine.build import build_run, jenga_allocator
 from kvsim.engine.config import kv_cache_plan, kv_capacity
 from kvsim.planning.runs import make_config, simulate
 from kvsim.trace.synthetic import generate
@@ -76,21 +77,32 @@ QUICK = StudyPlan(models={"gpt-oss-120b": MODELS["gpt-oss-120b"]},
 
 
 def startup_row(flags: dict) -> dict:
-    """KV tokens, blocks and maximum concurrency at the maximum length as vLLM 0.33 logs them (paged
-    layouts), or the contiguous pool's slots and whole reservations (every layer as full attention)."""
+    """KV tokens and maximum concurrency at the maximum length: vLLM 0.33's start-up figures (paged
+    layouts); for Jenga, the same formula over its pages (pool / the bytes a max-length request needs per
+    layer kind, as many blocks per kind as vLLM's plan counts); for contiguous layouts, whole
+    max-length reservations (each group its share) and their tokens."""
     cfg = make_config(**flags).resolved()
-    if cfg.cache.allocator == "jenga":            # no start-up figure of vLLM's: the pool it lays out
-        layout = jenga_allocator(cfg).layout
-        return {"kv_tokens": float("nan"), "max_concurrency": float("nan"),
-                "kv_bytes_per_gpu": layout.num_large * layout.large_page_bytes}
-    plan = kv_cache_plan(cfg) if cfg.cache.allocator == "paged" else None
     max_len = cfg.deployment.model.max_seq_len
+    if cfg.cache.allocator == "jenga":
+        alloc = jenga_allocator(cfg)
+        pool = alloc.layout.num_large * alloc.layout.large_page_bytes
+        plan = kv_cache_plan(replace(cfg, cache=replace(cfg.cache, allocator="paged", hybrid_kv_cache=True)))
+        per_kind = {(g.kind, g.window or g.chunk or 0): g.blocks_per_request for g in plan.groups}
+        def blocks(g) -> int:           # (Jenga pages MLA like full attention; the plan names it mla)
+            key = (g.kind, g.window or g.chunk)
+            return per_kind[key if key in per_kind else ("mla", 0)]
+        need = sum(blocks(g) * g.page_bytes for g in alloc.groups)
+        conc = pool / need
+        return {"kv_tokens": int(conc * max_len), "max_concurrency": conc, "kv_bytes_per_gpu": pool}
+    plan = kv_cache_plan(cfg) if cfg.cache.allocator == "paged" else None
     if plan is not None:
         return {"kv_tokens": plan.capacity_tokens, "max_concurrency": plan.max_concurrency,
                 "kv_bytes_per_gpu": plan.num_blocks * plan.bytes_per_block}
-    slots = kv_capacity(cfg)
-    per_token = cfg.deployment.kv_bytes_per_token() // cfg.deployment.tp
-    return {"kv_tokens": slots, "max_concurrency": slots / max_len, "kv_bytes_per_gpu": slots * per_token}
+    alloc = build_run(generate("sharegpt", num_requests=1, max_len=max_len), cfg).allocator
+    per_byte = getattr(alloc, "unit_bytes", cfg.deployment.kv_bytes_per_token() // cfg.deployment.tp)
+    whole = alloc.capacity_tokens // alloc.peak_slots(max_len, max_len)
+    return {"kv_tokens": whole * max_len, "max_concurrency": float(whole),
+            "kv_bytes_per_gpu": alloc.capacity_tokens * per_byte}
 
 
 def run_study(plan: StudyPlan = StudyPlan()) -> pd.DataFrame:
