@@ -11,7 +11,7 @@
 #            check <= 200 s, calibrate <= 180 s or a --quick retry, two replays <= 60 s each);
 #   hybrid = check --full of the sliding-window, chunked-local and MLA kernels (<= 150 s),
 #            bench-hybrid (<= 90 s) and a replay of a hybrid model (gpt-oss-20b: one block table per
-#            KV cache group, <= 120 s); hybrid times on a GPU not yet measured.
+#            KV cache group, <= 180 s); hybrid times on a GPU not yet measured.
 # Where one command may run 10 minutes at most, run them as two: STEPS=base, then STEPS=hybrid.
 set -uo pipefail
 STEPS="${STEPS:-base}"
@@ -58,7 +58,7 @@ if want hybrid; then
     name=${case%%:*}; flags=${case#*:}
     log "replay $name"
     # shellcheck disable=SC2086
-    timeout 120 "$PY" -m gpu_harness replay traces/alpaca_30rps_2min.jsonl --model gpt-oss-20b --gpu h200 \
+    timeout 180 "$PY" -m gpu_harness replay traces/alpaca_30rps_2min.jsonl --model gpt-oss-20b --gpu h200 \
       --max-requests 300 --layers 2 --check-every 20 --engine-profile ideal $flags \
       --expect "gpu_harness/expected/$name.csv" --json "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
     rc=$?; tail -n 14 "$OUT/replay-$name.log" | tee -a "$OUT/device_check.log"; log "replay $name exit $rc"
