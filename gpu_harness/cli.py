@@ -226,6 +226,7 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
                         ("most blocks held (pool audit)", report.max_held_blocks),
                         ("token readbacks (pool audit)", report.verified_tokens),
                         ("worst |paged - reference|", f"{report.worst_abs_err:.3g} (tolerance {tolerance:g})"),
+                        ("KV cache groups", "; ".join(report.groups)),
                         ("pool audit vs kvsim", report.first_mismatch or "equal at every step"),
                         ("wall time", f"{report.wall_s:.1f} s")):
         table.add_row(name, str(value))

@@ -86,6 +86,7 @@ class ReplayReport:
     tolerance: float
     first_mismatch: str | None
     wall_s: float
+    groups: tuple[str, ...] = ()    # the KV cache groups replayed (`ReplayGroup.describe`)
 
     @property
     def ok(self) -> bool:
@@ -155,7 +156,7 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
     if predicted_blocks is not None and mismatch is None and len(predicted_blocks) != steps:
         mismatch = f"kvsim predicted {len(predicted_blocks)} steps, the replay ran {steps}"
     return ReplayReport(steps, checked, tokens, copies, preemptions, max_held, verified, worst,
-                        tolerance, mismatch, time.perf_counter() - start)
+                        tolerance, mismatch, time.perf_counter() - start, tuple(g.describe() for g in groups))
 
 
 def replay_groups(allocator, cfg: SimConfig, shape: ReplayShape) -> list[ReplayGroup]:

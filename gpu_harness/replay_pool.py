@@ -37,6 +37,11 @@ class ReplayGroup:
     chunk: int = 0
     num_layers: int = 1
 
+    def describe(self) -> str:
+        """E.g. "sliding (W=128): 2 layers", "mamba: counted, not paged"."""
+        span = f" (W={self.window})" if self.window else f" (chunk {self.chunk})" if self.chunk else ""
+        return f"{self.kind}{span}: " + (f"{self.num_layers} layer(s)" if self.num_layers else "counted, not paged")
+
     def start(self, seq_len: int) -> int:
         """First token position a decode with context `seq_len` reads in this group."""
         if self.kind == "sliding":

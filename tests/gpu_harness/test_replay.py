@@ -135,8 +135,9 @@ def test_a_model_with_kv_cache_groups_replays_from_the_command_line(tmp_path):
     trace = tmp_path / "one.jsonl"
     trace.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
     res = CliRunner().invoke(harness_app, ["replay", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
-                                           "--num-blocks", "20000"])
+                                           "--num-blocks", "20000", "--json", str(tmp_path / "r.json")])
     assert res.exit_code == 0 and "equal at every step" in res.output, res.output
+    assert '"sliding (W=128): 1 layer(s)",\n    "full: 1 layer(s)"' in (tmp_path / "r.json").read_text()
 
 
 def test_jenga_allocator_is_refused():
