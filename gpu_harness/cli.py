@@ -178,8 +178,9 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
                                        "trace and flags (default: run kvsim now, which needs simpy)."),
            json_out: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
            seed: int = typer.Option(0, "--seed", help="Random seed for K, V and queries.")) -> None:
-    """Replay TRACE on a real KV pool driven by kvsim's scheduler and paged allocator: store_kv for
-    every new token, paged_decode for every decoding sequence, outputs checked against a contiguous
+    """Replay TRACE on a real KV pool driven by kvsim's scheduler and paged allocator (the hybrid one,
+    one block table per KV cache group, for sliding-window, chunked or Mamba layers): store_kv for
+    every new token, paged_decode for every decoding sequence (and group), outputs checked against a contiguous
     reference (proves kernels reading kvsim's block tables see the right K/V: no aliasing, correct
     copy-on-write), and a pool audit at every step: every written token read back through its table,
     the distinct blocks the live tables reach counted and compared with kvsim's allocator counters and
@@ -225,6 +226,7 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
                         ("most blocks held (pool audit)", report.max_held_blocks),
                         ("token readbacks (pool audit)", report.verified_tokens),
                         ("worst |paged - reference|", f"{report.worst_abs_err:.3g} (tolerance {tolerance:g})"),
+                        ("KV cache groups", "; ".join(report.groups)),
                         ("pool audit vs kvsim", report.first_mismatch or "equal at every step"),
                         ("wall time", f"{report.wall_s:.1f} s")):
         table.add_row(name, str(value))

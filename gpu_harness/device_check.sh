@@ -4,12 +4,14 @@
 # Needs: python3 with torch, triton, numpy, typer, rich (no simpy, no network, kvsim not installed);
 # the repository root as the working directory; $OUT an output folder. Writes there:
 #   device_check.log (steps and exit codes), versions.txt, check.log, calibrate.log,
-#   calibration-<gpu>.json, replay-<case>.log/.json, check-hybrid.log, bench-hybrid.log/.json.
+#   calibration-<gpu>.json, replay-<case>.log/.json, check-hybrid.log, bench-hybrid.log/.json
+#   (and replay-alpaca-300-gpt-oss-20b-h200.log/.json with STEPS=hybrid).
 # STEPS picks the parts (default "base"; "base hybrid" for both):
 #   base   = check --full of the full-attention kernels, calibrate, two replays (under 8 minutes:
 #            check <= 200 s, calibrate <= 180 s or a --quick retry, two replays <= 60 s each);
-#   hybrid = check --full of the sliding-window, chunked-local and MLA kernels (<= 150 s) and
-#            bench-hybrid (<= 90 s); hybrid times on a GPU not yet measured.
+#   hybrid = check --full of the sliding-window, chunked-local and MLA kernels (<= 150 s),
+#            bench-hybrid (<= 90 s) and a replay of a hybrid model (gpt-oss-20b: one block table per
+#            KV cache group, <= 180 s); hybrid times on a GPU not yet measured.
 # Where one command may run 10 minutes at most, run them as two: STEPS=base, then STEPS=hybrid.
 set -uo pipefail
 STEPS="${STEPS:-base}"
@@ -50,6 +52,18 @@ if want hybrid; then
   timeout 90 "$PY" -m gpu_harness bench-hybrid --out "$OUT/bench-hybrid.json" >"$OUT/bench-hybrid.log" 2>&1
   rc=$?; tail -n 22 "$OUT/bench-hybrid.log" | tee -a "$OUT/device_check.log"; log "bench-hybrid exit $rc"
   [ $rc -ne 0 ] && hybrid_rc=$rc
+  # Trace replay of gpt-oss-20b (sliding W=128 + full groups, 2 layers of each) through kvsim's hybrid
+  # allocator, blocks checked against kvsim's shipped prediction (made as for the base replays below).
+  for case in "alpaca-300-gpt-oss-20b-h200:"; do
+    name=${case%%:*}; flags=${case#*:}
+    log "replay $name"
+    # shellcheck disable=SC2086
+    timeout 180 "$PY" -m gpu_harness replay traces/alpaca_30rps_2min.jsonl --model gpt-oss-20b --gpu h200 \
+      --max-requests 300 --layers 2 --check-every 20 --engine-profile ideal $flags \
+      --expect "gpu_harness/expected/$name.csv" --json "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
+    rc=$?; tail -n 14 "$OUT/replay-$name.log" | tee -a "$OUT/device_check.log"; log "replay $name exit $rc"
+    [ $rc -ne 0 ] && hybrid_rc=$rc
+  done
 fi
 if ! want base; then log "done"; [ $hybrid_rc -eq 0 ]; exit $?; fi
 

@@ -21,6 +21,15 @@ tables are counted; that count is compared with kvsim's allocator counters for t
 `used_blocks`) and, given `predicted_blocks`, with a separate kvsim run's steps.csv. An allocator that
 double-books a block fails both: the readback (the second writer overwrote the first) and the count.
 What stays kvsim's own: which sequences run when (the scheduler), and the block tables themselves.
+
+A hybrid model (KV cache groups: sliding window, chunked local, Mamba beside full attention) replays
+under kvsim's hybrid allocator (`kvsim.alloc.hybrid`, vLLM's hybrid KV cache manager): the plan carries
+one table per group and sequence (`StepPlan.group_tables`), the pool (`gpu_harness.replay_pool`) pages
+layer j of every group into the same tensor, each group writes its tokens through its own table (never
+through a null entry: a skipped block) and decodes with its kernel (`paged_decode` with `window=W` or
+`chunk=C`; a Mamba group pages nothing and is only counted), against the reference over the same
+window. A table that would make a kernel write or read through a null entry ends the replay with that
+step as its mismatch. Every group's layers share the replayed shape (`ReplayShape`).
 """
 
 from __future__ import annotations
@@ -31,14 +40,13 @@ from dataclasses import dataclass
 import torch
 
 from gpu_harness import layout
-from gpu_harness.kernels import copy_blocks, paged_decode, store_kv
-from gpu_harness.pool_audit import audit_pool
-from gpu_harness.reference import ref_attention
-from kvsim.engine.config import SimConfig
+from gpu_harness.replay_pool import ReplayGroup, ReplayPool, TableError
+from kvsim.alloc.hybrid import HybridAllocator
 from kvsim.alloc.paged import PagedAllocator
 from kvsim.engine.build import build_run
-from kvsim.specs import ModelSpec
+from kvsim.engine.config import SimConfig, kv_cache_plan
 from kvsim.engine.step import Stepper
+from kvsim.specs import ModelSpec
 from kvsim.trace.table import Trace
 
 
@@ -78,101 +86,28 @@ class ReplayReport:
     tolerance: float
     first_mismatch: str | None
     wall_s: float
+    groups: tuple[str, ...] = ()    # the KV cache groups replayed (`ReplayGroup.describe`)
 
     @property
     def ok(self) -> bool:
         return self.first_mismatch is None and self.worst_abs_err <= self.tolerance
 
 
-class _Pool:
-    """Per-layer K/V caches plus each live sequence's contiguous shadow copy (the reference's input)."""
-
-    def __init__(self, shape: ReplayShape, num_blocks: int, block_size: int, device: str, seed: int):
-        self.shape, self.bs, self.device = shape, block_size, device
-        self.caches = [layout.alloc_paged_cache(num_blocks, block_size, shape.kv_heads, shape.head_dim,
-                                         shape.dtype, device, fill="zeros") for _ in range(shape.num_layers)]
-        self.shadow: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}   # seq -> per layer (K, V)
-        self.parked: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}   # freed, maybe swapped
-        self.written: dict[int, int] = {}      # live seq -> tokens 0..n-1 written to the pool for it
-        self.gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def random(self, *dims: int) -> torch.Tensor:
-        return torch.randn(*dims, generator=self.gen).to(self.device, self.shape.dtype)
-
-    def new_shadow(self, seq: int, length: int) -> None:
-        s = self.shape
-        self.shadow[seq] = [(torch.zeros(length, s.kv_heads, s.head_dim, dtype=s.dtype, device=self.device),
-                             torch.zeros(length, s.kv_heads, s.head_dim, dtype=s.dtype, device=self.device))
-                            for _ in range(s.num_layers)]
-        self.written[seq] = 0
-
-    def drop(self, seq: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Forget live sequence `seq` (finished or preempted); returns its shadow."""
-        del self.written[seq]
-        return self.shadow.pop(seq)
-
-    def write(self, writes: list[tuple[int, int, int, bool]], slots: torch.Tensor) -> int:
-        """Write tokens [start, end) of each (seq, start, end, fresh) range at `slots` [T]: fresh values
-        are random, others come back from the shadow (a swap-in). Returns tokens written."""
-        if not writes:
-            return 0
-        for layer, (k_cache, v_cache) in enumerate(self.caches):
-            keys, values = [], []
-            for seq, a, b, fresh in writes:
-                k_sh, v_sh = self.shadow[seq][layer]
-                if fresh:
-                    k_sh[a:b] = self.random(b - a, self.shape.kv_heads, self.shape.head_dim)
-                    v_sh[a:b] = self.random(b - a, self.shape.kv_heads, self.shape.head_dim)
-                keys.append(k_sh[a:b])
-                values.append(v_sh[a:b])
-                self.written[seq] = max(self.written[seq], b)
-            store_kv(torch.cat(keys), torch.cat(values), k_cache, v_cache, slots)   # [T, H_kv, D]
-        return len(slots)
-
-    def gather_prefix(self, seq: int, table: list[int], num_tokens: int) -> None:
-        """Fill the shadow's first `num_tokens` from the pool (prefix-cache hits written earlier)."""
-        slots = layout.make_slot_mapping([(table, 0, num_tokens)], self.bs, self.device)
-        for layer, (k_cache, v_cache) in enumerate(self.caches):
-            k_sh, v_sh = self.shadow[seq][layer]
-            k_sh[:num_tokens] = k_cache.flatten(0, 1)[slots]
-            v_sh[:num_tokens] = v_cache.flatten(0, 1)[slots]
-        self.written[seq] = num_tokens
-
-    def copy(self, mapping: torch.Tensor) -> None:
-        """Copy-on-write: `copy_blocks` with a [P, 2] (src, dst) mapping on every layer."""
-        for k_cache, v_cache in self.caches:
-            copy_blocks(k_cache, v_cache, mapping)
-
-    def decode(self, seqs: list[int], block_table: torch.Tensor, seq_lens: torch.Tensor, check: bool) -> float:
-        """paged_decode for `seqs` ([B, max_blocks] table, [B] lengths) on every layer; worst
-        |out - reference| when `check`, else 0."""
-        s, worst = self.shape, 0.0
-        lens = seq_lens.tolist()
-        for layer, (k_cache, v_cache) in enumerate(self.caches):
-            q = self.random(len(seqs), s.q_heads, s.head_dim)  # [B, Hq, D]
-            out = paged_decode(q, k_cache, v_cache, block_table, seq_lens, max_seq_len=max(lens))
-            if check:
-                for b, (seq, n) in enumerate(zip(seqs, lens)):
-                    k_sh, v_sh = self.shadow[seq][layer]
-                    ref = ref_attention(q[b], k_sh[:n], v_sh[:n])                  # [Hq, D] fp32
-                    worst = max(worst, (out[b].float() - ref).abs().max().item())
-        return worst
+#: The pool class (the name the tests patch): `gpu_harness.replay_pool.ReplayPool`.
+_Pool = ReplayPool
 
 
 def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
            predicted_blocks: list[int] | None = None, check_every: int = 1, seed: int = 0,
            tolerance: float = 1e-4) -> ReplayReport:
-    """Replay `trace` under `cfg` (paged allocator) on real pools; see the module docstring."""
+    """Replay `trace` under `cfg` (paged allocator, or the hybrid one for a model with KV cache
+    groups) on real pools; see the module docstring."""
     if cfg.cache.allocator != "paged":
         raise ValueError("the replay drives the paged allocator; run it with --allocator paged")
     parts = build_run(trace, cfg)
-    if not isinstance(parts.allocator, PagedAllocator):
-        raise ValueError(f"{cfg.deployment.model.name}: the replay drives one block table per sequence; this "
-                         "model's KV cache groups (sliding, chunked or Mamba layers) need one per group, which "
-                         "the replay does not do yet (kernels: `kvsim harness check --grid hybrid`); "
-                         "--no-hybrid-kv-cache replays it with every layer paged as full attention")
+    groups = replay_groups(parts.allocator, cfg, shape)
     sched, stepper = parts.scheduler, Stepper(parts.scheduler, parts.cost, cpu_seconds=parts.profile.cpu_seconds)
-    pool = _Pool(shape, parts.capacity_tokens // parts.block_size, parts.block_size, device, seed)
+    pool = _Pool(shape, groups, parts.capacity_tokens // parts.block_size, parts.block_size, device, seed)
     times, now, nxt = trace.arrival_s.tolist(), 0.0, 0
     steps = checked = tokens = copies = max_held = preemptions = verified = 0
     worst, mismatch = 0.0, None
@@ -187,27 +122,29 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
                 break
             now = times[nxt]
             continue
+        tables = plan.group_tables
         for parent, child in plan.reforked:    # dead beams replaced by forks, before the writes
-            pool.shadow[child] = [(k.clone(), v.clone()) for k, v in pool.shadow[parent]]
-            pool.written[child] = pool.written[parent]
+            pool.clone_shadow(parent, child)
         _track_sequences(pool, sched, plan)
         if plan.copies:
             pool.copy(layout.copy_mapping(plan.copies, device))
             copies += len(plan.copies)
-        writes = layout.plan_writes(plan, sched.seq_ids, sched.computed_tokens)
-        tokens += pool.write(writes, layout.writes_slot_mapping(writes, plan.tables, pool.bs, device))
-        for parent, child in plan.forked:      # samples share the prompt just written
-            pool.shadow[child] = [(k.clone(), v.clone()) for k, v in pool.shadow[parent]]
-            pool.written[child] = pool.written[parent]
-        audit = audit_pool(pool.caches, pool.bs, plan.tables, pool.written, pool.shadow)
-        max_held, verified = max(max_held, audit.held_blocks), verified + audit.verified_slots
-        if mismatch is None:
-            mismatch = _memory_mismatch(steps, audit, plan.memory[0].used_blocks, predicted_blocks)
-        check = steps % check_every == 0
-        seqs, block_table, seq_lens = layout.plan_decodes(plan, sched.seq_ids, sched.computed_tokens,
-                                                          plan.tables, device)
-        if seqs:
-            worst, checked = max(worst, pool.decode(seqs, block_table, seq_lens, check)), checked + check
+        try:
+            tokens += pool.write(layout.plan_writes(plan, sched.seq_ids, sched.computed_tokens), tables)
+            for parent, child in plan.forked:  # samples share the prompt just written
+                pool.clone_shadow(parent, child)
+            audit = pool.audit(tables)
+            max_held, verified = max(max_held, audit.held_blocks), verified + audit.verified_slots
+            if mismatch is None:
+                mismatch = _memory_mismatch(steps, audit, plan.memory[0].used_blocks, predicted_blocks)
+            check = steps % check_every == 0
+            seqs, _, seq_lens = layout.plan_decodes(plan, sched.seq_ids, sched.computed_tokens,
+                                                    plan.tables, device)
+            if seqs:
+                worst, checked = max(worst, pool.decode(seqs, seq_lens, tables, check)), checked + check
+        except TableError as exc:              # a kernel would write or read through a null entry
+            mismatch = mismatch or f"step {steps}: {exc}"
+            break
         for r in plan.finished:
             for seq in sched.seq_ids(r):
                 pool.drop(seq)
@@ -219,7 +156,22 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
     if predicted_blocks is not None and mismatch is None and len(predicted_blocks) != steps:
         mismatch = f"kvsim predicted {len(predicted_blocks)} steps, the replay ran {steps}"
     return ReplayReport(steps, checked, tokens, copies, preemptions, max_held, verified, worst,
-                        tolerance, mismatch, time.perf_counter() - start)
+                        tolerance, mismatch, time.perf_counter() - start, tuple(g.describe() for g in groups))
+
+
+def replay_groups(allocator, cfg: SimConfig, shape: ReplayShape) -> list[ReplayGroup]:
+    """The KV cache groups the pool replays: one full group of `shape.num_layers` layers for the paged
+    allocator; for the hybrid one, vLLM's groups (`kv_cache_plan`) with min(`shape.num_layers`, the
+    group's layers) layers each (a Mamba group none: its state block is counted, not paged)."""
+    if isinstance(allocator, PagedAllocator):
+        return [ReplayGroup("full", num_layers=shape.num_layers)]
+    if not isinstance(allocator, HybridAllocator):
+        raise ValueError(f"{cfg.deployment.model.name}: the replay drives the paged or the hybrid allocator, "
+                         f"not {type(allocator).__name__}")
+    plan = kv_cache_plan(cfg.resolved())
+    return [ReplayGroup(spec.kind, spec.window, spec.chunk,
+                        0 if spec.kind == "mamba" else min(shape.num_layers, group.num_layers))
+            for spec, group in zip(allocator.groups, plan.groups, strict=True)]
 
 
 def _memory_mismatch(step: int, audit, used_blocks: int, predicted_blocks: list[int] | None) -> str | None:
@@ -236,7 +188,7 @@ def _memory_mismatch(step: int, audit, used_blocks: int, predicted_blocks: list[
     return None
 
 
-def _track_sequences(pool: _Pool, sched, plan) -> None:
+def _track_sequences(pool: ReplayPool, sched, plan) -> None:
     """Shadows for the step's memory events, before its writes: preempted sequences parked (swap) or
     dropped (recompute), swapped-in ones restored, newly admitted ones created (prefix-cache hits
     gathered from the pool, where an earlier request wrote them)."""
@@ -253,4 +205,4 @@ def _track_sequences(pool: _Pool, sched, plan) -> None:
         else:
             pool.new_shadow(seq, sched.final_tokens(r) + 1)
             if cached:
-                pool.gather_prefix(seq, plan.tables[seq], cached)
+                pool.gather_prefix(seq, plan.group_tables[seq], cached)

@@ -286,9 +286,13 @@ class SchedulerBase:
         """KV slots each of request `i`'s sequences holds at its peak (prompt + output - 1)."""
         return self.prompt[i] + self.output[i] - 1
 
-    def block_tables(self) -> dict[int, list[int]]:
-        """Block ids of every sequence of the running requests (paged allocators only)."""
-        return {s: self.alloc.block_table(s) for i in self.running for s in self.seq_ids(i)}
+    def block_tables(self, groups: bool = False) -> dict[int, list[int]] | dict[int, list[list[int]]]:
+        """Block ids of every sequence of the running requests (paged allocators only); with `groups`,
+        one table per KV cache group (the hybrid allocator's `group_block_tables`; else one group)."""
+        alloc = self.alloc
+        each = ((getattr(alloc, "group_block_tables", None) or (lambda s: [alloc.block_table(s)])) if groups
+                else alloc.block_table)
+        return {s: each(s) for i in self.running for s in self.seq_ids(i)}
 
     def request_columns(self) -> dict[str, np.ndarray]:
         """Per-request records as numpy columns (`RECORD_COLUMNS`), for metrics."""

@@ -84,6 +84,7 @@ class StepPlan:
     memory: list[MemoryRecord] = field(default_factory=list)        # while the step runs
     compute_bound: list[bool] = field(default_factory=list)         # kernels compute- (not memory-) bound
     tables: dict[int, list[int]] | None = None   # live seq -> block ids during the step (on request)
+    group_tables: dict[int, list[list[int]]] | None = None   # live seq -> one table per KV cache group
 
     @property
     def num_steps(self) -> int:
@@ -166,7 +167,8 @@ class Stepper:
     # -- one step -----------------------------------------------------------------------------
     def step(self, now: float, tables: bool = False) -> StepPlan | None:
         """Schedule, time and finish the step that starts at `now`; None when nothing can run.
-        `tables`: also copy every live sequence's block table into the plan (paged; the harness)."""
+        `tables`: also copy every live sequence's block table into the plan (paged; the harness), and
+        its tables per KV cache group (`group_tables`: the hybrid allocator's; else one group)."""
         sched = self.sched
         plan = sched.schedule(now)
         if plan is None:
@@ -175,6 +177,7 @@ class Stepper:
         plan.memory.append(sched.memory())
         if tables:
             plan.tables = sched.block_tables()
+            plan.group_tables = sched.block_tables(groups=True)
         duration = self.step_seconds(plan)
         plan.starts.append(now)
         plan.durations.append(duration)

@@ -2,7 +2,7 @@
 
 import torch
 
-from gpu_harness.pool_audit import audit_pool
+from gpu_harness.pool_audit import audit_groups, audit_pool
 
 BS, H, D = 4, 2, 3
 
@@ -58,3 +58,38 @@ def test_a_table_too_short_and_a_leaked_table_are_reported():
     assert "wrote 6 tokens but its table has 1 blocks" in audit_pool(caches, BS, {0: [2]}, {0: 6}, shadow).problem
     leak = audit_pool(caches, BS, {0: [2, 3], 9: [1]}, {0: 6}, shadow)
     assert leak.problem == "block tables for sequences the harness saw finish or leave: [9]"
+
+
+def group_pool_write(caches, shadow, seq, g, table, start, end, seed):
+    """`write` for group `g` of two (layer 0 of each group pages into caches[0])."""
+    groups = shadow.setdefault(seq, [[(torch.zeros(16, H, D), torch.zeros(16, H, D))] for _ in range(2)])
+    one = {seq: groups[g]}
+    write(caches, one, seq, table, start, end, seed)
+
+
+def test_groups_skip_null_entries_and_count_each_block_once():
+    """Sequence 0: a sliding group whose first two entries are null (tokens 0..7 left the window; tokens
+    8..9 in block 4) and a full group with blocks 0, 1, 2 (tokens 0..9): 4 blocks held; readback of 2
+    sliding and 10 full slots."""
+    caches, shadow = pool(), {}
+    group_pool_write(caches, shadow, 0, 0, [-1, -1, 4], 8, 10, seed=1)
+    group_pool_write(caches, shadow, 0, 1, [0, 1, 2], 0, 10, seed=2)
+    audit = audit_groups(caches, BS, {0: [[-1, -1, 4], [0, 1, 2]]}, {0: 10}, shadow, ["sliding", "full"])
+    assert (audit.held_blocks, audit.verified_slots, audit.problem) == (4, 12, None)
+
+
+def test_a_block_in_two_groups_is_reported():
+    """Block 1 in the sliding group of sequence 0 and the full group of sequence 1: the two groups'
+    layers share the page (vLLM's layout), so that is double booking even before anything is written."""
+    caches, shadow = pool(), {}
+    tables = {0: [[1], [0]], 1: [[3], [1]]}
+    audit = audit_groups(caches, BS, tables, {0: 0, 1: 0}, shadow, ["sliding", "full"])
+    assert audit.problem == "block 1 is held twice: by group 0 of sequences [0] and by group 1 of sequence 1"
+
+
+def test_a_mamba_state_block_is_counted_and_never_shared():
+    caches, shadow = pool(), {}
+    ok = audit_groups(caches, BS, {0: [[5], [0]], 1: [[4], [1]]}, {0: 0, 1: 0}, shadow, ["mamba", "full"])
+    assert (ok.held_blocks, ok.problem) == (4, None)
+    shared = audit_groups(caches, BS, {0: [[5], [0]], 1: [[5], [1]]}, {0: 0, 1: 0}, shadow, ["mamba", "full"])
+    assert shared.problem == "block 5 is held twice: by group 0 of sequences [0] and by group 0 of sequence 1"

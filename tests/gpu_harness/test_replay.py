@@ -129,13 +129,23 @@ def test_contiguous_allocator_is_refused():
         replay(small_trace(), replace(cfg, cache=replace(cfg.cache, allocator="contiguous")), TINY, "cpu")
 
 
-def test_a_model_with_kv_cache_groups_is_refused_in_one_line(tmp_path):
-    """gpt-oss keeps sliding-window layers: one block table per group, which the replay does not drive."""
+def test_a_model_with_kv_cache_groups_replays_from_the_command_line(tmp_path):
+    """gpt-oss keeps sliding-window layers (W = 128) beside full ones: the replay drives one block table
+    per KV cache group (tests/gpu_harness/test_replay_hybrid.py has the windows at work)."""
     trace = tmp_path / "one.jsonl"
     trace.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
     res = CliRunner().invoke(harness_app, ["replay", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
-                                           "--num-blocks", "20000"])
-    assert res.exit_code == 2 and "one per group" in res.output and "Traceback" not in res.output
+                                           "--num-blocks", "20000", "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0 and "equal at every step" in res.output, res.output
+    assert '"sliding (W=128): 1 layer(s)",\n    "full: 1 layer(s)"' in (tmp_path / "r.json").read_text()
+
+
+def test_jenga_allocator_is_refused():
+    """Jenga's two-level pages are not vLLM's block tables: still refused, in one line."""
+    cfg = SimConfig(Deployment(get_model("gpt-oss-20b"), get_gpu("h100-80gb")),
+                    CacheConfig(kv_gib=10, allocator="jenga"))
+    with pytest.raises(ValueError, match="paged allocator"):
+        replay(small_trace(), cfg, TINY, "cpu")
 
 
 def test_replay_command_on_a_shipped_trace(tmp_path):
