@@ -274,9 +274,9 @@ class SchedulerBase:
         return [(kv_len[i] + 1, n[i]) for i in self.running]
 
     def kv_groups(self) -> tuple:
-        """The allocator's KV cache groups (each with `kind` and, if any, `window` / `chunk`); () for an
-        allocator without groups."""
-        return tuple(getattr(self.alloc, "groups", ()))
+        """The allocator's distinct KV cache group specs (`kind`, any `window` / `chunk`), in order; () for
+        an allocator without groups. (Memory snapshots add up the groups of one spec.)"""
+        return tuple(dict.fromkeys(getattr(self.alloc, "groups", ())))
 
     def computed_tokens(self, i: int) -> int:
         """KV slots of request `i` (each sequence) computed so far: prompt chunks and outputs."""

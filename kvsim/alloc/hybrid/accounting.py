@@ -19,8 +19,8 @@ class HybridAccounting:
     """`block_table`, `group_block_tables`, `stats`, `group_stats` and `check_invariants` of
     `HybridAllocator`."""
 
-    #: True: `stats()` also carries each group's parts (`kvsim.alloc.base.with_groups`), for the engine's
-    #: per-group time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
+    #: True: `stats()` also carries the parts of each distinct group spec (`kvsim.alloc.base.with_groups`),
+    #: for the engine's per-kind time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
     record_groups = False
 
     def block_table(self, seq_id: int) -> list[int]:
@@ -65,6 +65,19 @@ class HybridAccounting:
         reach = self._reach[g] - (self._nulls[g] + self._dup[g]) * bs
         return held, tokens, reach - tokens, held * bs - reach
 
+    def _by_spec(self, parts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """`parts` of groups with equal specs added up (Gemma 3's six sliding groups are one kind, one
+        record), in order of first appearance: what the engine time-averages per kind. Groups of one spec
+        hold the same blocks for the same sequences (`check_invariants` asserts it), so a spec's parts are
+        its first group's times its count."""
+        specs = self.__dict__.get("_spec_first")
+        if specs is None:
+            first: dict = {}
+            for g, spec in enumerate(self.groups):
+                first.setdefault(spec, [g, 0])[1] += 1
+            specs = self._spec_first = [tuple(v) for v in first.values()]
+        return [parts[g] if n == 1 else tuple(x * n for x in parts[g]) for g, n in specs]
+
     def group_stats(self) -> list[MemoryStats]:
         """One record per group: its share of the pool (`capacity_tokens` = its blocks x block_size)
         split into token_states, reserved and internal_fragmentation; free is the pool's, not a group's
@@ -99,7 +112,7 @@ class HybridAccounting:
         cached = self._cache.num_evictable if self._cache is not None else 0
         stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
                             used, free, sum(held_all), cached)
-        return with_groups(stats, groups) if self.record_groups else stats
+        return with_groups(stats, self._by_spec(groups)) if self.record_groups else stats
 
     # ---- checks --------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -157,6 +170,9 @@ class HybridAccounting:
                 + stats.external_fragmentation + stats.free) == self.capacity_tokens, "categories do not sum"
         parts = self.group_stats()
         assert all(min(p) >= 0 for p in parts), f"negative category in {parts}"
+        same: dict = {}
+        for spec, part in zip(self.groups, parts):
+            assert same.setdefault(spec, part) == part, f"groups of one spec {spec} hold different blocks"
         assert sum(p.capacity_tokens for p in parts) + stats.free == self.capacity_tokens, "groups do not sum"
         if not self._seqs:
             assert not holders and stats.free_blocks == self.num_blocks, "blocks leaked after every free"
