@@ -125,6 +125,22 @@ def test_a_whole_idle_large_page_goes_before_an_older_page_of_a_busy_one_and_sta
     a.check_invariants()
 
 
+def test_an_idle_large_page_of_one_kind_is_emptied_for_another():
+    # 4 large pages; request 0 fills large 0 with A pages 0-2 and B pages 2, 3 (large 1), 4 (large 2);
+    # request 1 opens large 3 for A (page 9) and takes B page 5 beside page 4: no large page is free
+    a = make([FULL2, FULL3], 24, empty_first=False)
+    a.allocate(0, 3, 3, [1, 2, 3])
+    a.allocate(1, 1, 2, [9])
+    assert a.group_block_tables(0) == [[0, 1, 2], [2, 3, 4]] and a.group_block_tables(1) == [[9], [5]]
+    a.free(0)          # large 0 (A) and large 1 (B) idle, same newest stamp; B 4 cached beside busy B 5
+    # B needs a page: rather than B's own cached page 4 (a per-group LRU's pick: the request's latest),
+    # an idle large page goes whole (on a tie the lower id: large 0, A's) and B opens it
+    a.allocate(2, 1, 1, [7])
+    assert a.group_block_tables(2) == [[10], [0]] and a.pool.owner == [1, 1, 1, 0]
+    assert set(a._cache.stamp) == {(1, 2), (1, 3), (1, 4)}   # A's pages 0-2 evicted; B's stay cached
+    a.check_invariants()
+
+
 def test_without_the_cache_nothing_changes():
     a = JengaAllocator(18, 1, [FULL2, FULL3], 64, 8)
     a.allocate(0, 2, 2, [1, 2])

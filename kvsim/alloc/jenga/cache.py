@@ -18,7 +18,7 @@ this module uses the simplest rule consistent with that:
      (while the request ran) than its last window's, so they go first;
   2. whole large pages first: a held large page none of whose small pages is in use ("idle": all free
      or cached) is evicted whole, the one whose newest stamp is oldest first, and goes back to the pool
-     for any kind;
+     for any kind (on a tie, the lower large page id);
   3. only when no large page is idle, single cached pages of a group short of pages, oldest stamp first.
 The gate (`_fits`) counts idle large pages as free large pages and other cached pages as free small
 pages of their group; the eviction (`_make_room`) realises exactly that count. Refused: Mamba groups.
