@@ -138,7 +138,7 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
         if self._cache is None:
             return self.pool.fits(counts)
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
-        return self._fits(self._hit_demand(self._past_hits(counts, hit, tables), tables))
+        return self._fits(self._past_hits(counts, hit, tables), tables)
 
     def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
                  seq_id: int | None = None) -> bool:
@@ -148,7 +148,7 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
             return self.pool.fits([r.entries_for(hold_tokens) for r in self.rules])
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
         counts = [r.entries_for(max(hold_tokens, hit)) for r in self.rules]
-        return self._fits(self._hit_demand(self._past_hits(counts, hit, tables), tables))
+        return self._fits(self._past_hits(counts, hit, tables), tables)
 
     def _past_hits(self, counts: list[int], hit: int, tables: list[list[int]]) -> list[int]:
         """Pages per group a new sequence takes for `counts` entries past its hits and skipped head."""
@@ -169,7 +169,7 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
         counts = [r.entries_for(hold) for r in self.rules]
         if tables is not None:
             counts = self._past_hits(counts, hit, tables)
-        if not self._fits(self._hit_demand(counts, tables)):
+        if not self._fits(counts, tables):
             raise AllocationError(f"sequence {seq_id}: pages {counts} per group do not fit")
         final = max(final_tokens, num_tokens)
         seq = _Seq([[] for _ in range(ng)], [0] * ng, [{} for _ in range(ng)], hold, final)

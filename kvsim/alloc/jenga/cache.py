@@ -73,28 +73,35 @@ class JengaPrefix:
         self._cache.clock += 1
         return self._cache.clock
 
-    def _fits(self, counts: Sequence[int]) -> bool:
-        """Whether `counts[g]` more pages of each group g can be had, evicting cached pages if need be:
-        idle large pages count as free large pages, other cached pages as free pages of their group."""
+    def _fits(self, counts: Sequence[int], hits: list[list[int]] | None = None) -> bool:
+        """Whether `counts[g]` more pages of each group g can be had, evicting cached pages if need be,
+        after adopting the hit pages `hits` (per group; None: none): idle large pages count as free large
+        pages, other cached pages as free pages of their group; an idle large page holding a hit page is
+        no longer idle (its other pages count for its group), and a hit page is no longer evictable."""
         pool, c = self.pool, self._cache
         if pool.fits(counts):
             return True
         if c is None:
             return False
         large = pool.free_large + len(c.idle)
-        for g, (count, n) in enumerate(zip(counts, pool.pages_per_large)):
-            small = pool.free_small[g] - c.idle_free[g] + c.evictable[g] - c.idle_cached[g]
-            if count > small:
-                large -= -(-(count - small) // n)
+        small = [pool.free_small[g] - c.idle_free[g] + c.evictable[g] - c.idle_cached[g]
+                 for g in range(len(counts))]
+        busy: set[int] = set()
+        for g, table in enumerate(hits or ()):
+            n = pool.pages_per_large[g]
+            for p in table:
+                if p == NULL_BLOCK or (g, p) not in c.stamp:
+                    continue
+                small[g] -= 1
+                idle = c.idle.get(p // n)
+                if idle is not None and p // n not in busy:
+                    busy.add(p // n)
+                    large -= 1
+                    small[g] += idle[1] + idle[2]
+        for count, free, n in zip(counts, small, pool.pages_per_large):
+            if count > free:
+                large -= -(-(count - free) // n)
         return large >= 0
-
-    def _hit_demand(self, counts: list[int], tables: list[list[int]] | None) -> list[int]:
-        """`counts` plus the evictable hit pages (adopting one takes it out of the evictable pages)."""
-        if tables is None:
-            return counts
-        stamp = self._cache.stamp
-        return [k + sum(1 for p in t if p != NULL_BLOCK and (g, p) in stamp)
-                for g, (k, t) in enumerate(zip(counts, tables))]
 
     def _make_room(self, counts: Sequence[int]) -> None:
         """Evict (the module's rule) until `pool.fits(counts)`; `_fits(counts)` must hold."""
