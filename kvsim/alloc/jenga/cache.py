@@ -1,6 +1,6 @@
-"""Prefix caching for Jenga's two-level pool, with Jenga's prefix-subset evictor (Zhang et al., SOSP 2025,
-arXiv 2503.18292, section 5: caching and eviction tailored to each layer kind, hit lengths kept balanced
-across kinds, eviction that leaves what stays cached a prefix). A mixin of `JengaAllocator`.
+"""Prefix caching for Jenga's two-level pool with a prefix-subset evictor (Zhang et al., "Jenga: Effective
+Memory Management for Serving LLM with Heterogeneity", SOSP 2025, arXiv 2503.18292). A mixin of
+`JengaAllocator` (kvsim/alloc/jenga/allocator.py).
 
 Caching and hits are the hybrid package's (kvsim/alloc/hybrid/prefix.py, vLLM 0.33): every full small
 page a sequence holds is cached in its group under (chained hash, group); a hit is the longest prefix
@@ -8,20 +8,23 @@ every group can serve (`HybridPrefix.find_hits` with each kind's `find_hit`: ful
 start, a sliding window its last cdiv(W - 1, block_size) pages, a chunked group its current chunk's).
 A page whose last holder lets go stays cached (evictable: counted free) until it is evicted.
 
-The evictor. The paper names a prefix-subset evictor and per-kind policies and says a large page is
-freed for another kind only when all its small pages are; its public text does not give an order, so
-this module uses the simplest rule consistent with that:
+The evictor. What the public text says (the arXiv abstract and summaries of the paper): a "prefix-subset
+evictor" with caching and eviction tailored to each layer kind's token dependencies (a sliding window
+needs only the last tokens), hit lengths kept balanced across kinds (any kind's miss recomputes the whole
+model), and the LCM allocator hands a large page to another kind only when all its small pages are free.
+It gives no exact order, so this module uses the simplest rule consistent with that:
   1. stamps: every page freed in one release (a sequence's free, or its window's pages dropped at one
      step) gets stamp (t, -k), t the release's number, k the page's index in the table: older releases
      first, and within one release a request's later pages before its earlier ones, in every group, so
-     what stays cached is a prefix. A sliding group's pages that left the window were released earlier
-     (while the request ran) than its last window's, so they go first;
+     what stays cached is a prefix in each group. A sliding group's pages that left the window were
+     released earlier (while the request ran) than its last window's, so they go first;
   2. whole large pages first: a held large page none of whose small pages is in use ("idle": all free
-     or cached) is evicted whole, the one whose newest stamp is oldest first, and goes back to the pool
-     for any kind (on a tie, the lower large page id);
+     or cached) is evicted whole, the one whose newest stamp is oldest first (on a tie the lower large
+     page id), and goes back to the pool for any kind;
   3. only when no large page is idle, single cached pages of a group short of pages, oldest stamp first.
 The gate (`_fits`) counts idle large pages as free large pages and other cached pages as free small
-pages of their group; the eviction (`_make_room`) realises exactly that count. Refused: Mamba groups.
+pages of their group (a slight underestimate: an idle large page's own free pages are not offered to its
+group apart from the whole page); the eviction (`_make_room`) realises that count. Refused: Mamba groups.
 """
 
 from __future__ import annotations
