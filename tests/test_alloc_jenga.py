@@ -150,8 +150,8 @@ def test_bad_input_and_registration():
         JengaGroup("sliding", page_bytes=2)
     with pytest.raises(ValueError, match=r"LCM of the page sizes \[4, 6\] = 12 bytes\) is larger than the pool \(10"):
         make([JengaGroup("full", page_bytes=4), JengaGroup("full", page_bytes=6)], 10)
-    with pytest.raises(ValueError, match="does not model prefix caching"):
-        JengaAllocator(12, 1, [A], 64, 8, prefix_caching=True)
+    with pytest.raises(ValueError, match="prefix caching with a Mamba group is not modelled"):
+        JengaAllocator(12, 1, [A, JengaGroup("mamba", page_bytes=3)], 64, 8, prefix_caching=True)
     with pytest.raises(ValueError, match="does not fork"):
         make([A], 12).fork(0, 1)
     with pytest.raises(AllocationError, match="unknown sequence id 3"):

@@ -5,7 +5,8 @@ one group; small pages are placed request-aware so a finished request frees whol
 `JengaGroup` is a KV cache group with its page bytes (`groups_from_layers` makes them from per-layer bytes);
 `JengaAllocator(pool_bytes, block_size, groups, ...)`
 has the scheduler's allocator interface (kvsim/alloc/base.py) and the hybrid package's per-kind rules.
-Plain Python; imports nothing of kvsim outside kvsim.alloc. No prefix caching (nor its evictor) yet.
+Plain Python; imports nothing of kvsim outside kvsim.alloc. Prefix caching across groups with Jenga's
+prefix-subset evictor (whole idle large pages first): `cache` (kvsim/alloc/jenga/cache.py).
 """
 
 from __future__ import annotations

@@ -10,8 +10,11 @@ a page of group g is units[g] x block_size slots). Per group g, whose pages are 
 - external_fragmentation: FREE small pages inside large pages group g holds, x units[g] x block_size:
   memory no other group can use until the large page empties (Jenga's fragmentation between large and
   small pages; `large_page_waste` is its share of the pool);
+- free: with prefix caching, its cached pages no sequence holds (evictable: free for the scheduler, as
+  every kvsim allocator counts them; `cached_blocks` counts them in small pages);
 and `capacity_tokens` of a group = its large pages x slots per large page. In total, `free` is the whole
-free large pages; the groups' capacities plus `free` make `capacity_tokens`. Blocks: in `stats()`
+free large pages plus the groups' cached pages; the groups' capacities plus the free large pages make
+`capacity_tokens`. A page several sequences share through the prefix cache counts once. Blocks: in `stats()`
 `used_blocks`/`free_blocks` count LARGE pages (held / free), in `group_stats()` the group's small pages
 (held / free inside its large pages).
 """
@@ -49,37 +52,42 @@ class JengaAccounting:
         """Large pages free now."""
         return self.pool.free_large
 
-    def _group_parts(self, g: int) -> tuple[int, int, int, int, int]:
-        """(held small pages, written, reserved, internal, external) of group `g`, in slots."""
-        bs, held, u = self.block_size, self._held[g], self.layout.units[g]
+    def _group_parts(self, g: int) -> tuple[int, int, int, int, int, int]:
+        """(held small pages, written, reserved, internal, external, cached) of group `g`, in slots."""
+        bs, dup, u = self.block_size, self._dup[g], self.layout.units[g]
+        held = self._held[g] - dup
         external = self.pool.free_small[g] * bs * u
+        cached = 0 if self._cache is None else self._cache.evictable[g] * bs * u
         if self.rules[g].state_block:
-            return held, held * bs * u, 0, 0, external
-        tokens = self._sum_tokens - self._nulls[g] * bs
-        reach = self._reach[g] - self._nulls[g] * bs
-        return held, tokens * u, (reach - tokens) * u, (held * bs - reach) * u, external
+            return held, held * bs * u, 0, 0, external, cached
+        tokens = self._sum_tokens - (self._nulls[g] + dup) * bs
+        reach = self._reach[g] - (self._nulls[g] + dup) * bs
+        return held, tokens * u, (reach - tokens) * u, (held * bs - reach) * u, external, cached
 
     def group_stats(self) -> list[MemoryStats]:
-        """One record per group over its large pages (capacity = its large pages in slots; free 0)."""
+        """One record per group over its large pages (capacity = its large pages in slots; free: its cached
+        pages, 0 without prefix caching)."""
         out, per = [], self.layout.slots_per_large
         for g in range(len(self.rules)):
-            held, tokens, reserved, internal, external = self._group_parts(g)
-            out.append(MemoryStats(self.pool.large_held[g] * per, tokens, reserved, internal, external, 0,
-                                   held, self.pool.free_small[g], held, 0))
+            held, tokens, reserved, internal, external, cached = self._group_parts(g)
+            num_cached = cached // (self.block_size * self.layout.units[g])
+            out.append(MemoryStats(self.pool.large_held[g] * per, tokens, reserved, internal, external, cached,
+                                   held, self.pool.free_small[g] + num_cached, self._held[g], num_cached))
         return out
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """The pool's breakdown in token slots (the groups summed, plus the free large pages); blocks are
         large pages. `head_*` is unused: stranded small pages count as external fragmentation always."""
-        tokens = reserved = internal = external = 0
+        tokens = reserved = internal = external = cached = 0
         groups = [self._group_parts(g) for g in range(len(self.rules))]
         for parts in groups:
             tokens, reserved = tokens + parts[1], reserved + parts[2]
-            internal, external = internal + parts[3], external + parts[4]
+            internal, external, cached = internal + parts[3], external + parts[4], cached + parts[5]
         free = self.pool.free_large
         used = self.layout.num_large - free
+        num_cached = 0 if self._cache is None else sum(self._cache.evictable)
         stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, external,
-                            free * self.layout.slots_per_large, used, free, used, 0)
+                            free * self.layout.slots_per_large + cached, used, free, used, num_cached)
         return with_groups(stats, [g[:4] for g in groups]) if self.record_groups else stats
 
     def large_page_waste(self) -> float:
@@ -103,7 +111,7 @@ class JengaAccounting:
         """Assert the pool, table shapes per kind, homes and counters (slow; tests only)."""
         bs, ng, pool = self.block_size, len(self.rules), self.pool
         pool.check()
-        owner: dict[tuple[int, int], int] = {}
+        owner: dict[tuple[int, int], int] = {}        # held (group, page) -> holders
         held, nulls, reach = [0] * ng, [0] * ng, [0] * ng
         for seq_id, seq in self._seqs.items():
             assert 1 <= seq.tokens <= seq.final, f"seq {seq_id}: {seq.tokens} tokens, final {seq.final}"
@@ -117,23 +125,31 @@ class JengaAccounting:
                     assert b >= 0 and pool.owner[large] == g, \
                         f"seq {seq_id} group {g}: page {b} not in the group's large pages"
                     assert index not in pool.free_slots(large), f"page {b} of group {g} is held and free"
-                    assert (g, b) not in owner, f"page {b} of group {g} held by {owner[(g, b)]} and by {seq_id}"
-                    owner[(g, b)] = seq_id
+                    assert self._cache is not None or (g, b) not in owner, f"page {b} of group {g} held twice"
+                    owner[(g, b)] = owner.get((g, b), 0) + 1
                     home[large] = home.get(large, 0) + 1
                 assert home == seq.homes[g], f"seq {seq_id} group {g}: home {seq.homes[g]} != {home}"
                 held[g] += len(table) - z
                 nulls[g] += z
                 reach[g] += min(seq.final, len(table) * bs)
+        dup = [0] * ng
+        for (g, _), k in owner.items():
+            dup[g] += k - 1
+        cached = [0] * ng if self._cache is None else self._check_cache(owner)
         for g, n in enumerate(self.layout.pages_per_large):
-            assert held[g] + pool.free_small[g] == pool.large_held[g] * n, f"group {g}: small pages lost"
+            assert held[g] - dup[g] + cached[g] + pool.free_small[g] == pool.large_held[g] * n, \
+                f"group {g}: small pages lost"
+        assert dup == self._dup, f"shared page counters drifted: {self._dup} != {dup}"
         assert held == self._held and nulls == self._nulls and reach == self._reach, "group counters drifted"
         assert self._sum_tokens == sum(s.tokens for s in self._seqs.values()), "token counter drifted"
         stats, parts = self.stats(), self.group_stats()
         assert (stats.token_states + stats.reserved + stats.internal_fragmentation
                 + stats.external_fragmentation + stats.free) == self.capacity_tokens, "categories do not sum"
         assert all(min(p) >= 0 for p in parts), f"negative category in {parts}"
-        assert all(p.token_states + p.reserved + p.internal_fragmentation + p.external_fragmentation
+        assert all(p.token_states + p.reserved + p.internal_fragmentation + p.external_fragmentation + p.free
                    == p.capacity_tokens for p in parts), "a group's categories do not sum"
-        assert sum(p.capacity_tokens for p in parts) + stats.free == self.capacity_tokens, "groups do not sum"
+        assert sum(p.capacity_tokens for p in parts) + pool.free_large * self.layout.slots_per_large \
+            == self.capacity_tokens, "groups do not sum"
         if not self._seqs:
-            assert not owner and pool.free_large == self.layout.num_large, "pages leaked after every free"
+            assert not owner and pool.free_large + len({p for p in self._cached_large()}) \
+                == self.layout.num_large, "pages leaked after every free"

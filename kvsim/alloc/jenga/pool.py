@@ -113,24 +113,38 @@ class LargePagePool:
         left with no page held goes back to the pool."""
         n = self.pages_per_large[g]
         for page in pages:
-            large, index = divmod(page, n)
-            slots = self._slots[large]
-            heapq.heappush(slots, index)
-            self.free_small[g] += 1
+            large = page // n
             left = home[large] - 1
             if left:
                 home[large] = left
             else:
                 del home[large]
-            if len(slots) == n:                       # empty: back to the pool
-                del self._slots[large]
-                self._partial[g].pop(large, None)     # (absent when it held one page, now freed)
-                self.owner[large] = -1
-                self.free_small[g] -= n
-                self.large_held[g] -= 1
-                self._released.appendleft(large)
-            elif len(slots) == 1:
-                self._partial[g][large] = None
+            self.free_page(g, page)
+
+    def free_page(self, g: int, page: int) -> bool:
+        """Return small page `page` of group g to its large page's free slots (no request's home counts
+        it any more); True when that emptied the large page, which went back to the pool."""
+        large, index = divmod(page, self.pages_per_large[g])
+        slots = self._slots[large]
+        heapq.heappush(slots, index)
+        self.free_small[g] += 1
+        n = self.pages_per_large[g]
+        if len(slots) == n:                       # empty: back to the pool
+            del self._slots[large]
+            self._partial[g].pop(large, None)     # (absent when it held one page, now freed)
+            self.owner[large] = -1
+            self.free_small[g] -= n
+            self.large_held[g] -= 1
+            self._released.appendleft(large)
+            return True
+        if len(slots) == 1:
+            self._partial[g][large] = None
+        return False
+
+    def free_count(self, large: int) -> int:
+        """Free small pages inside held large page `large` (0 for a free large page)."""
+        slots = self._slots.get(large)
+        return 0 if slots is None else len(slots)
 
     # ---- for the checks ------------------------------------------------------------------------
     def free_large_pages(self) -> list[int]:
