@@ -124,4 +124,5 @@ def test_fast_forward_stays_exact_on_hybrid_models(model):
     b = simulate(trace, cfg)
     pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    assert a.summary["kv"].get("groups") == b.summary["kv"].get("groups")     # per-kind memory too
     assert len(b.steps) > 100
