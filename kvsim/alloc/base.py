@@ -50,14 +50,19 @@ GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")
 _GROUPED: dict[int, type] = {}
 
 
-def with_groups(stats: MemoryStats, parts: Sequence[Sequence[int]]) -> tuple:
-    """`stats` with each group's `GROUP_PARTS` appended as named fields (`group0_blocks`, ...): a named
-    tuple with every MemoryStats field, which the engine's step log time-averages per group."""
-    cls = _GROUPED.get(len(parts))
+def grouped_record(num_groups: int) -> type:
+    """The named tuple of MemoryStats' fields followed by `GROUP_PARTS` for each of `num_groups` groups
+    (`group0_blocks`, ...), which the engine's step log time-averages per group."""
+    cls = _GROUPED.get(num_groups)
     if cls is None:
-        extra = [f"group{j}_{part}" for j in range(len(parts)) for part in GROUP_PARTS]
-        cls = _GROUPED[len(parts)] = namedtuple("GroupedMemoryStats", MemoryStats._fields + tuple(extra))
-    return cls._make((*stats, *chain.from_iterable(parts)))
+        extra = [f"group{j}_{part}" for j in range(num_groups) for part in GROUP_PARTS]
+        cls = _GROUPED[num_groups] = namedtuple("GroupedMemoryStats", MemoryStats._fields + tuple(extra))
+    return cls
+
+
+def with_groups(stats: MemoryStats, parts: Sequence[Sequence[int]]) -> tuple:
+    """`stats` with each group's `GROUP_PARTS` appended (a `grouped_record`)."""
+    return grouped_record(len(parts))._make((*stats, *chain.from_iterable(parts)))
 
 
 class Allocator(Protocol):

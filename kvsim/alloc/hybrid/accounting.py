@@ -11,7 +11,7 @@ blocks are never externally fragmented (0), free blocks belong to no group.
 
 from __future__ import annotations
 
-from ..base import MemoryStats, with_groups
+from ..base import MemoryStats, grouped_record
 from .groups import NULL_BLOCK
 
 
@@ -19,7 +19,7 @@ class HybridAccounting:
     """`block_table`, `group_block_tables`, `stats`, `group_stats` and `check_invariants` of
     `HybridAllocator`."""
 
-    #: True: `stats()` also carries the parts of each distinct group spec (`kvsim.alloc.base.with_groups`),
+    #: True: `stats()` also carries the parts of each distinct group spec (`kvsim.alloc.base.grouped_record`),
     #: for the engine's per-kind time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
     record_groups = False
 
@@ -65,18 +65,17 @@ class HybridAccounting:
         reach = self._reach[g] - (self._nulls[g] + self._dup[g]) * bs
         return held, tokens, reach - tokens, held * bs - reach
 
-    def _by_spec(self, parts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        """`parts` of groups with equal specs added up (Gemma 3's six sliding groups are one kind, one
-        record), in order of first appearance: what the engine time-averages per kind. Groups of one spec
-        hold the same blocks for the same sequences (`check_invariants` asserts it), so a spec's parts are
-        its first group's times its count."""
-        specs = self.__dict__.get("_spec_first")
-        if specs is None:
-            first: dict = {}
-            for g, spec in enumerate(self.groups):
-                first.setdefault(spec, [g, 0])[1] += 1
-            specs = self._spec_first = [tuple(v) for v in first.values()]
-        return [parts[g] if n == 1 else tuple(x * n for x in parts[g]) for g, n in specs]
+    _spec_first: list | None = None     # (first group, count) per distinct group spec, once known
+
+    def _specs(self) -> list[tuple[int, int]]:
+        """(first group, number of groups) per distinct group spec, in order of first appearance. Groups
+        of one spec hold the same blocks for the same sequences (`check_invariants` asserts it), so a
+        spec's parts are its first group's times its count (Gemma 3's six sliding groups: one record)."""
+        first: dict = {}
+        for g, spec in enumerate(self.groups):
+            first.setdefault(spec, [g, 0])[1] += 1
+        self._spec_first = [tuple(v) for v in first.values()]
+        return self._spec_first
 
     def group_stats(self) -> list[MemoryStats]:
         """One record per group: its share of the pool (`capacity_tokens` = its blocks x block_size)
@@ -110,9 +109,16 @@ class HybridAccounting:
             reserved, internal = reserved + parts[2], internal + parts[3]
         free = self.num_free_blocks
         cached = self._cache.num_evictable if self._cache is not None else 0
-        stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
-                            used, free, sum(held_all), cached)
-        return with_groups(stats, self._by_spec(groups)) if self.record_groups else stats
+        if not self.record_groups:
+            return MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
+                               used, free, sum(held_all), cached)
+        specs = self._spec_first or self._specs()
+        extra: list[int] = []
+        for g, n in specs:              # (the engine asks once per step: kept flat)
+            part = groups[g]
+            extra.extend(part if n == 1 else (part[0] * n, part[1] * n, part[2] * n, part[3] * n))
+        return grouped_record(len(specs))(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
+                                          used, free, sum(held_all), cached, *extra)
 
     # ---- checks --------------------------------------------------------------------------------
     def check_invariants(self) -> None:
