@@ -13,47 +13,18 @@ from __future__ import annotations
 
 from ..base import MemoryStats, grouped_record
 from .groups import NULL_BLOCK
+from .sequences import GroupedSequences
 
 
-class HybridAccounting:
-    """`block_table`, `group_block_tables`, `stats`, `group_stats` and `check_invariants` of
-    `HybridAllocator`."""
-
-    #: True: `stats()` also carries the parts of each distinct group spec (`kvsim.alloc.base.grouped_record`),
-    #: for the engine's per-kind time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
-    record_groups = False
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """A copy of `seq_id`'s first group's block table (`NULL_BLOCK` = -1 for skipped entries)."""
-        return list(self._seq(seq_id).tables[0])
-
-    def group_block_tables(self, seq_id: int) -> list[list[int]]:
-        """Copies of `seq_id`'s block tables, one per group in group order (-1: a skipped entry)."""
-        return [list(t) for t in self._seq(seq_id).tables]
-
-    def num_tokens(self, seq_id: int) -> int:
-        """Tokens `seq_id` holds written."""
-        return self._seq(seq_id).tokens
+class HybridAccounting(GroupedSequences):
+    """`peak_slots`, `stats`, `group_stats` and `check_invariants` of `HybridAllocator`."""
 
     def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
         """An upper bound on the slots one sequence of `num_tokens` (peak `final_tokens`) holds at once:
         the sum over groups of each group's peak (they need not peak together; hits not counted)."""
-        if num_seqs != 1:
-            raise ValueError(f"the hybrid allocator serves one sequence per request, got {num_seqs} "
-                             f"(parallel samples / beam search are not supported)")
-        chunk = self.prefill_chunk_tokens
-        first = num_tokens if chunk is None else min(num_tokens, chunk)
+        self._one_sequence(num_seqs)
+        first = self._first(num_tokens)
         return self.block_size * sum(r.peak_blocks(num_tokens, final_tokens, first) for r in self.rules)
-
-    def can_fork(self, parent_id: int) -> bool:
-        """False: the hybrid allocator holds one sequence per request."""
-        return False
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        raise ValueError("the hybrid allocator does not fork sequences (parallel samples / beam search)")
-
-    def refork(self, parent_id: int, child_id: int) -> int:
-        raise ValueError("the hybrid allocator does not fork sequences (parallel samples / beam search)")
 
     def _group_parts(self, g: int) -> tuple[int, int, int, int]:
         """(held blocks, written, reserved, internal fragmentation) of group `g`, in slots; a block

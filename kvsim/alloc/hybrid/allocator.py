@@ -113,12 +113,6 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         free = self.num_blocks - self._top + len(self._free)
         return free if self._cache is None else free + self._cache.num_evictable
 
-    def _seq(self, seq_id: int) -> _Seq:
-        try:
-            return self._seqs[seq_id]
-        except KeyError:
-            raise AllocationError(f"unknown sequence id {seq_id}") from None
-
     def _need(self, seq: _Seq, num_tokens: int) -> int:
         """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
         need, new, tables = 0, seq.tokens + num_tokens, seq.tables

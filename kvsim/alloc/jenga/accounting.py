@@ -25,27 +25,14 @@ from typing import Sequence
 
 from ..base import MemoryStats, with_groups
 from ..hybrid import NULL_BLOCK
+from ..hybrid.sequences import GroupedSequences
 
 
-class JengaAccounting:
-    """`block_table`, `group_block_tables`, `num_tokens`, `stats`, `group_stats`, `large_page_waste`,
-    `check_invariants` and the (disabled) fast-forward of `JengaAllocator`."""
+class JengaAccounting(GroupedSequences):
+    """`stats`, `group_stats`, `large_page_waste`, `check_invariants` and the (disabled) fast-forward of
+    `JengaAllocator` (block tables and lookups: `GroupedSequences`)."""
 
-    #: True: `stats()` also carries each group's parts (`kvsim.alloc.base.with_groups`), for the engine's
-    #: per-group time averages (set by `kvsim.engine.build`); False: a plain MemoryStats.
-    record_groups = False
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """A copy of `seq_id`'s first group's table (page ids as that group sees the pool; -1: skipped)."""
-        return list(self._seq(seq_id).tables[0])
-
-    def group_block_tables(self, seq_id: int) -> list[list[int]]:
-        """Copies of `seq_id`'s tables, one per group in group order (-1: a skipped entry)."""
-        return [list(t) for t in self._seq(seq_id).tables]
-
-    def num_tokens(self, seq_id: int) -> int:
-        """Tokens `seq_id` holds written."""
-        return self._seq(seq_id).tokens
+    _kind = "jenga"
 
     @property
     def num_free_large(self) -> int:

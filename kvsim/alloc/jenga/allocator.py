@@ -83,23 +83,11 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
         self._chained: tuple[object, list[int]] = ((), [])   # last content ids -> chained hashes
         self._spec_groups_cached = self._spec_groups()
 
-    def _seq(self, seq_id: int) -> _Seq:
-        try:
-            return self._seqs[seq_id]
-        except KeyError:
-            raise AllocationError(f"unknown sequence id {seq_id}") from None
-
-    def _first(self, num_tokens: int) -> int:
-        chunk = self.prefill_chunk_tokens
-        return num_tokens if chunk is None else min(num_tokens, chunk)
-
     def peak_slots(self, num_tokens: int, final_tokens: int, num_seqs: int = 1) -> int:
         """An upper bound on the slots one sequence holds at once, in whole large pages: group g's peak
         pages (as the hybrid rules bound them) fill ceil(peak / pages_per_large[g]) large pages when the
         sequence is alone, so it can be served iff this is at most `capacity_tokens`."""
-        if num_seqs != 1:
-            raise ValueError(f"the jenga allocator serves one sequence per request, got {num_seqs} "
-                             f"(parallel samples / beam search are not supported)")
+        self._one_sequence(num_seqs)
         first, per = self._first(num_tokens), self.layout.pages_per_large
         large = sum(-(-r.peak_blocks(num_tokens, final_tokens, first) // n) for r, n in zip(self.rules, per))
         return large * self.layout.slots_per_large
@@ -261,14 +249,3 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
             self._nulls[g] -= seq.nulls[g]
             self._reach[g] -= min(seq.final, len(table) * bs)
         self._sum_tokens -= seq.tokens
-
-    # ---- sharing: not supported ----------------------------------------------------------------
-    def can_fork(self, parent_id: int) -> bool:
-        """False: one sequence per request."""
-        return False
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        raise ValueError("the jenga allocator does not fork sequences (parallel samples / beam search)")
-
-    def refork(self, parent_id: int, child_id: int) -> int:
-        raise ValueError("the jenga allocator does not fork sequences (parallel samples / beam search)")
