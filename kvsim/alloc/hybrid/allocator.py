@@ -170,12 +170,7 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         """Give new `seq_id` its prefix-cache hits and the blocks of `hold_tokens` (default
         `num_tokens`; at least the hits) tokens in every group (nothing skipped but the hits' head);
         the rest come by `append`. Returns the tokens the prefix cache served."""
-        if seq_id in self._seqs:
-            raise AllocationError(f"sequence id {seq_id} is already allocated")
-        hit, hits = (0, None) if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)
-        hold = max(num_tokens if hold_tokens is None else hold_tokens, hit)
-        if not 1 <= hold <= num_tokens:
-            raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+        hit, hits, hold = self._admit(seq_id, num_tokens, block_hashes, hold_tokens)
         ng = len(self.rules)
         need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False)
         if need > self.num_free_blocks:

@@ -42,6 +42,18 @@ class GroupedSequences:
         chunk = self.prefill_chunk_tokens
         return num_tokens if chunk is None else min(num_tokens, chunk)
 
+    def _admit(self, seq_id: int, num_tokens: int, block_hashes, hold_tokens: int | None):
+        """`allocate`'s common start: (prefix-cache hit tokens, hit tables or None without caching, tokens to
+        hold now: `hold_tokens`, default `num_tokens`, at least the hits); AllocationError for a live id or
+        a hold outside 1..num_tokens."""
+        if seq_id in self._seqs:
+            raise AllocationError(f"sequence id {seq_id} is already allocated")
+        hit, hits = (0, None) if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)
+        hold = max(num_tokens if hold_tokens is None else hold_tokens, hit)
+        if not 1 <= hold <= num_tokens:
+            raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+        return hit, hits, hold
+
     def _one_sequence(self, num_seqs: int) -> None:
         """ValueError unless a request has one sequence."""
         if num_seqs != 1:

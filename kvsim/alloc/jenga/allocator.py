@@ -147,12 +147,7 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
         """Give new `seq_id` the pages of `hold_tokens` (default `num_tokens`) tokens in every group; the
         rest come by `append`; with prefix caching its hits first (at least the hits are held). Returns
         the tokens the prefix cache served."""
-        if seq_id in self._seqs:
-            raise AllocationError(f"sequence id {seq_id} is already allocated")
-        hit, tables = (0, None) if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)
-        hold = max(num_tokens if hold_tokens is None else hold_tokens, hit)
-        if not 1 <= hold <= num_tokens:
-            raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+        hit, tables, hold = self._admit(seq_id, num_tokens, block_hashes, hold_tokens)
         ng = len(self.rules)
         counts = [r.entries_for(hold) for r in self.rules]
         if tables is not None:
