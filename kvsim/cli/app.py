@@ -200,10 +200,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             raise
         error(str(exc))
     warn_swap_fallbacks(result.summary, cfg.cache.swap_gib)
+    result.summary.update(json_summary({}, cfg, vllm_extras()[1]))   # the memory ledger, in both files
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(json_summary(result.summary, cfg, vllm_extras()[1]), indent=2))
+        write_text_atomic(json_out, json.dumps(result.summary, indent=2))
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")

@@ -142,10 +142,12 @@ def eager_launch_s(deployment: Deployment) -> float:
 
 def prefix_caching_on(cfg: SimConfig) -> bool:
     """Whether the run caches prompt prefixes: `--enable-prefix-caching` when given, else the engine
-    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous."""
+    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous,
+    nor for a model with Mamba layers (vLLM needs its 'align' Mamba cache mode for that, not modelled)."""
     if cfg.cache.prefix_caching is not None:
         return cfg.cache.prefix_caching
-    return cfg.profile().prefix_caching and cfg.cache.allocator in ("paged", "jenga")
+    mamba = any(g.kind == "mamba" for g in cfg.deployment.model.layer_groups)
+    return cfg.profile().prefix_caching and cfg.cache.allocator in ("paged", "jenga") and not mamba
 
 
 def kv_capacity(cfg: SimConfig) -> int:
