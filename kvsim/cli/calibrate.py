@@ -29,6 +29,8 @@ def calibrate_engine(
     from kvsim.cost.profiles import PROFILES
 
     try:
+        from kvsim.files import check_output_file
+        check_output_file(out, "-o")
         if base not in PROFILES:
             raise ValueError(f"--base: unknown profile {base!r}; known: {', '.join(PROFILES)}")
 
@@ -41,10 +43,26 @@ def calibrate_engine(
                              PROFILES[base].paged_penalty or cal is not None, cal, step_overhead_s=0.0)
             return cost.step_time(0, 0, batch, round(batch * context))
 
-        fit = fit_cpu(*read_cpu_times(csv_path, kernel_seconds))
-        write_profile(out, base, fit, str(csv_path))
+        batches, cpu_s = read_cpu_times(csv_path, kernel_seconds)
+        fit = fit_cpu(batches, cpu_s)
+        check_fit(csv_path, fit, cpu_s)
+        write_profile(out, base, fit, str(csv_path), "-o")
     except (ValueError, OSError) as exc:
         error(str(exc))
     console.print(f"{out}: base {base}, cpu_step_s = {fit.cpu_step_s * 1e3:.3f} ms, cpu_seq_s = "
                   f"{fit.cpu_seq_s * 1e6:.1f} us per sequence (rms error {fit.rms_error_s * 1e3:.3f} ms "
                   f"over {fit.rows} rows)", highlight=False)
+
+
+def check_fit(csv_path: Path, fit, cpu_s) -> None:
+    """Refuse a fit whose rms error exceeds the spread (standard deviation) of the CPU times it fits: a
+    constant (their mean) would fit better, so the rows do not follow fixed + per-sequence x batch (often
+    step_ms rows below the simulated kernel time, which leave negative CPU times)."""
+    import numpy as np
+    spread = float(np.std(cpu_s))
+    if fit.rms_error_s > spread * (1 + 1e-9) + 1e-12:
+        below = int(np.sum(cpu_s < 0))
+        raise ValueError(f"{csv_path}: the fit's rms error {fit.rms_error_s * 1e3:.4g} ms exceeds the spread of "
+                         f"the CPU times it fits ({spread * 1e3:.4g} ms): the rows do not follow fixed + "
+                         f"per-sequence x batch size" + (f"; {below} row(s) measured less than the simulated "
+                                                         f"kernel time" if below else ""))
