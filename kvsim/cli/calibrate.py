@@ -12,6 +12,7 @@ PROFILE_NAMES = ("vllm-2023", "vllm-v1", "ideal")
 
 
 def calibrate_engine(
+        ctx: typer.Context,
         csv_path: Path = typer.Argument(..., help="CSV of batch_size and cpu_ms, or batch_size, step_ms "
                                         "and context_tokens (docs/engine-profiles.md)."),
         out: Path = typer.Option(..., "--out", "-o", help="Profile JSON to write (use with --engine-profile)."),
@@ -33,8 +34,12 @@ def calibrate_engine(
         check_output_file(out, "-o")
         if base not in PROFILES:
             raise ValueError(f"--base: unknown profile {base!r}; known: {', '.join(PROFILES)}")
+        from kvsim.specs import get_gpu, get_model
+        get_model(model), get_gpu(gpu)                  # a typo fails now, not after reading the rows
+        used = []
 
         def kernel_seconds(batch: int, context: float) -> float:
+            used.append(batch)
             from kvsim.cost.calibration import load_calibration
             from kvsim.cost.roofline import CostModel
             from kvsim.specs import Deployment, get_gpu, get_model
@@ -44,6 +49,7 @@ def calibrate_engine(
             return cost.step_time(0, 0, batch, round(batch * context))
 
         batches, cpu_s = read_cpu_times(csv_path, kernel_seconds)
+        _check_applies(ctx, csv_path, bool(used))
         fit = fit_cpu(batches, cpu_s)
         check_fit(csv_path, fit, cpu_s)
         write_profile(out, base, fit, str(csv_path), "-o")
@@ -66,3 +72,20 @@ def check_fit(csv_path: Path, fit, cpu_s) -> None:
                          f"the CPU times it fits ({spread * 1e3:.4g} ms): the rows do not follow fixed + "
                          f"per-sequence x batch size" + (f"; {below} row(s) measured less than the simulated "
                                                          f"kernel time" if below else ""))
+
+
+#: Flags that only size the kernel time subtracted from step_ms rows.
+_KERNEL_FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "block_size": "--block-size",
+                 "calibration": "--calibration"}
+
+
+def _check_applies(ctx: typer.Context, csv_path: Path, kernel_time_used: bool) -> None:
+    """A kernel flag given on the command line for a cpu_ms file (no kernel time to subtract) is refused:
+    it would be ignored without a word."""
+    if kernel_time_used:
+        return
+    given = [flag for name, flag in _KERNEL_FLAGS.items()
+             if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"]
+    if given:
+        raise ValueError(f"{', '.join(given)}: does not apply to {csv_path}, whose cpu_ms rows are CPU times "
+                         "already (these flags size the kernel time subtracted from step_ms rows)")

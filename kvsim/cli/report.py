@@ -119,8 +119,8 @@ def _workload(trace: Optional[Path], preset: Optional[str], rate, duration, num_
     bounds.rate(rate)
     bounds.count(num_requests, "--num-requests")
     bounds.count(seed, "--seed", low=0, high=2**63 - 1)
+    bounds.duration(duration)
     if trace is None and not num_requests:
-        bounds.duration(duration)
         bounds.requests(rate or 2.0, duration, "--rate x --duration")
     if trace is None:
         return generate(preset or "sharegpt", rate_rps=rate or 2.0,
@@ -168,6 +168,9 @@ def tune_block_size_cmd(
         bk = bkp.load(bookkeeping) if bookkeeping else bkp.measure() if measure_bookkeeping else None
         tr = _workload(trace, preset, rate, duration, num_requests, seed)
         flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
+        for key, why in (("block_size", "give --block-sizes"), ("allocator", "the tuner runs the paged allocator")):
+            if key in flags:
+                raise ValueError(f"--set {key}: does not apply to tune-block-size ({why})")
         from kvsim.planning.tune import tune_block_size
         res = tune_block_size(tr, block_sizes=sizes, bookkeeping=bk, workers=workers or os.cpu_count(),
                               **flags)
