@@ -237,7 +237,7 @@ def report_cmd(
             rep = sweep_report(_sweep_table(sweep), title or f"Sweep report: {sweep}")
         else:
             from kvsim.planning.report_build import trace_report
-            rate_list = _floats(rates, "--rates") if rates else None
+            rate_list = _floats(rates, "--rates") if rates is not None else None
             sizes = _ints(block_sizes, "--block-sizes")
             tr = _workload(trace, preset, rate, duration, num_requests, seed)
             rep = trace_report(tr, title, rates=rate_list, block_sizes=sizes,
