@@ -204,7 +204,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(result.summary, indent=2))
+        write_text_atomic(json_out, json.dumps(result.summary, indent=2), "--json")
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
@@ -273,12 +273,10 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                           label=name) as progress:
                 summaries[name] = simulate(tr, cfg, progress, keep_steps=False).summary
             written[name] = json_summary(summaries[name], cfg, vllm_extras()[1])
-            if json_out is not None:   # partial results survive an error in a later run
-                json_out.write_text(json.dumps(written, indent=2))
     except ValueError as exc:
         error(str(exc))
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(written, indent=2))
+        write_text_atomic(json_out, json.dumps(written, indent=2), "--json")   # whole, at the end
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
                          f"{base.deployment.tp} x {base.deployment.gpu.name}")

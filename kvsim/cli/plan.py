@@ -57,11 +57,10 @@ def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
     return out
 
 
-def _write_json(path: Path, data) -> None:
-    """`data` as JSON at `path`, whole or not at all."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+def _write_json(path: Path, data, flag: str = "--json") -> None:
+    """`data` as JSON at `path`, whole or not at all (errors name `flag` and `path`)."""
+    from kvsim.files import write_text_atomic
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n", flag)
 
 
 def capacity(
@@ -107,7 +106,12 @@ def capacity(
             raise ValueError("give a TRACE or --preset, not both")
         if gpus_for is not None and not slo:
             raise ValueError("--gpus-for needs at least one --slo")
-        options = [int(x) for x in tp_options.split(",") if x.strip()]
+        from kvsim.cli import bounds
+        from kvsim.files import check_output_file
+        if json_out is not None:
+            check_output_file(json_out, "--json")
+        bounds.capacity_flags(gpus_for, duration, rel_tol, max_runs, workers, seed, trace is None)
+        options = _tp_options(tp_options)
         if gpus_for is not None and (kv_gib is not None or num_blocks is not None):
             raise ValueError("--gpus-for sizes each TP degree's KV cache from its GPU memory (--gpu-mem-util); "
                              "drop --kv-gib / --num-blocks")
@@ -161,6 +165,17 @@ def capacity(
             out["gpus"] = df.to_dict("records")
         if json_out is not None:
             _write_json(json_out, out)
+
+
+def _tp_options(text: str) -> list[int]:
+    """`--tp-options 1,2,4`: TP degrees 1..1024 (ValueError naming the flag)."""
+    try:
+        options = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--tp-options {text!r}: expected comma-separated whole numbers") from None
+    if not options or not all(1 <= x <= 1024 for x in options):
+        raise ValueError(f"--tp-options {text!r}: give one or more TP degrees from 1 to 1024")
+    return options
 
 
 def _smallest_tp(flags: dict, options: list[int]) -> int:
