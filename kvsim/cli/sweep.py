@@ -68,6 +68,10 @@ def sweep(
             if name in values:
                 raise ValueError(f"{name} is in both --grid and --set; give it once")
             base[name] = _literal(text)
+        for key, given in (("preset", preset), ("trace", trace)):
+            if given is not None and key in {*values, *base}:
+                raise ValueError(f"give --{key} or --grid {key}, not both" if key == "preset"
+                                 else "give a TRACE or --grid trace, not both")
         if trace is None and preset is None and not {"trace", "preset"} & {*values, *base}:
             preset = "sharegpt"
         start = time.perf_counter()

@@ -34,6 +34,23 @@ def write_error(path: Path, exc: OSError) -> ValueError:
     return ValueError(f"--out {path}: cannot write: {exc.strerror or exc}")
 
 
+_HELD: set[int] = set()             # lock descriptors this process holds
+
+
+def _close_held_in_child() -> None:
+    """A forked worker closes its copies of the lock, so the lock ends with the sweep process itself."""
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_in_child)
+
+
 def lock_folder(folder: Path, note: Callable[[str], None]) -> int:
     """Take the folder's sweep lock (a file descriptor to pass to `unlock_folder`); ValueError naming
     the holder's pid when a live sweep holds it."""
@@ -63,6 +80,7 @@ def lock_folder(folder: Path, note: Callable[[str], None]) -> int:
         note(f"took over the lock of sweep pid {old} on {folder}, which is no longer running")
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD.add(fd)
     return fd
 
 
@@ -73,6 +91,7 @@ def unlock_folder(folder: Path, fd: int) -> None:
             os.unlink(folder / LOCK_FILE)
     except OSError:
         pass
+    _HELD.discard(fd)
     os.close(fd)
 
 
