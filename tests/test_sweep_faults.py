@@ -159,3 +159,35 @@ def test_bad_grids_exit_2_before_anything_is_written(tmp_path):
         r = invoke("sweep", "--set", "kv_gib=12", *args, "-o", out)
         assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output, (args, r.output)
     assert not out.exists()
+
+
+def test_a_full_disk_names_the_file_and_the_resume_drops_the_torn_row(tmp_path):
+    """rows.jsonl on a file-size limit (RLIMIT_FSIZE, as a full disk: writes fail part-way): one line
+    naming the file, exit 2; the resume drops the cut-off row and finishes the grid. Temporary files of
+    killed runs are removed."""
+    import resource
+
+    out = tmp_path / "s"
+    args = ["sweep", "--preset", "alpaca", "--grid", "block_size=8,16,32,64", "--set", "kv_gib=12",
+            "--set", "num_requests=5", "--workers", "1", "-o", str(out)]
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (5000, 5000))   # two rows and part of a third
+
+    r = subprocess.run([sys.executable, "-m", "kvsim.cli.app", *args], cwd=tmp_path, preexec_fn=limit,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and f"{out / 'rows.jsonl'}: cannot write: File too large" in r.stderr
+    assert not (out / "results.parquet").exists()
+    text = (out / "rows.jsonl").read_text()
+    assert len(text) == 5000 and not text.endswith("\n")
+    (out / ".results.parquet.tmp").write_text("left by an older kvsim")
+    (out / ".rows.jsonl.x1y2.tmp").write_text("left by a killed run")
+
+    r = invoke(*args, "--resume")
+    assert r.exit_code == 0, r.output
+    assert "line 3 is cut off (an interrupted write); dropped" in r.output
+    assert "2 run, 2 resumed, 0 failed" in r.output
+    assert pd.read_parquet(out / "results.parquet").requests_finished.tolist() == [5, 5, 5, 5]
+    assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.parquet", "rows.jsonl"]

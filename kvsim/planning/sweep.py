@@ -177,6 +177,7 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
     out.mkdir(parents=True, exist_ok=True)
     lock = store.lock_folder(out, warn)
     try:
+        store.clean_temps(out)
         if store.has_rows(out / ROWS_FILE) and not resume:
             raise ValueError(f"{out} already holds a sweep ({ROWS_FILE}); pass --resume to continue it, "
                              "or choose another folder")

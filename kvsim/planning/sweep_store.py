@@ -84,6 +84,17 @@ def lock_folder(folder: Path, note: Callable[[str], None]) -> int:
     return fd
 
 
+def clean_temps(folder: Path) -> None:
+    """Remove the temporary files of killed sweeps (`.rows.jsonl.*.tmp`, `.results.parquet.*tmp`, ...);
+    called with the lock held, so no live sweep is writing them."""
+    for name in (ROWS_FILE, PARQUET_FILE, CSV_FILE):
+        for tmp in folder.glob(f".{name}.*tmp"):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+
 def unlock_folder(folder: Path, fd: int) -> None:
     """Remove the lock file and release the lock."""
     try:
