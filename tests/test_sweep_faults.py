@@ -62,7 +62,7 @@ def start_long_sweep(tmp_path: Path, out: Path) -> subprocess.Popen:
            "--workers", "2", "-o", str(out)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_for(lambda: len(children(proc.pid)) >= 2, 60), "the sweep started no workers"
+    assert wait_for(lambda: len(children(proc.pid)) >= 2, 180), "the sweep started no workers"
     return proc
 
 
@@ -81,7 +81,7 @@ def test_sigkill_of_the_sweep_leaves_no_worker(tmp_path):
     try:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        left = [w for w in workers if not wait_for(lambda w=w: not alive(w), 5)]
+        left = [w for w in workers if not wait_for(lambda w=w: not alive(w), 10)]
         assert not left, f"workers {left} outlived the SIGKILLed sweep"
     finally:
         kill_all(proc, workers)
