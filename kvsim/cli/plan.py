@@ -1,4 +1,4 @@
-"""`kvsim capacity` and `kvsim sweep`: the capacity-planning commands (registered by kvsim.cli.app).
+"""`kvsim capacity` (and the helpers `kvsim sweep` shares): capacity planning (registered by kvsim.cli.lazy).
 
 Heavy modules (pandas, the simulator, Ray) load inside the commands, so `kvsim --help` stays fast. Bad
 input — an SLO no rate meets, an empty grid, an unknown flag in a grid, a Ray address that does not
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -253,38 +252,3 @@ def _print_gpus(console, df, rate: float) -> None:
 
 
 capacity.accepts_vllm_flags = True      # kvsim.cli.lazy registers it as a kvsim.cli.vllm_args.VllmCommand
-
-
-def sweep(
-    trace: Optional[Path] = TraceArg, preset: Optional[str] = PresetOpt,
-    grid: List[str] = typer.Option([], "--grid", metavar="FLAG=V1,V2", help="Values of one run flag (any "
-                                   "`kvsim run` flag, _ or -, e.g. block_size=8,16,32, or rate (req/s), "
-                                   "duration_s (s), time_scale); repeatable: the grid is the cross product."),
-    set_flags: List[str] = typer.Option([], "--set", metavar="FLAG=VALUE", help="A flag fixed for every "
-                                        "run (e.g. --set kv_gib=12 --set rate=2); repeatable."),
-    out: Path = typer.Option(..., "-o", "--out", help="Folder for results.parquet, results.csv, rows.jsonl."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores)."),
-    ray: bool = typer.Option(False, "--ray", help="Run as Ray tasks on a local Ray instance (kvsim[dist])."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster, host:port."),
-    resume: bool = typer.Option(False, "--resume", help="Skip grid points already finished in --out."),
-) -> None:
-    """Run a grid of configurations on TRACE or a --preset: one row per run (every config field and
-    summary metric; failed runs with their error) in Parquet and CSV, written as runs finish."""
-    from kvsim.planning.sweep import run_sweep
-
-    with _user_errors():
-        if trace is not None and preset is not None:
-            raise ValueError("give a TRACE or --preset, not both")
-        values = {}
-        for key, text in _pairs(grid, "--grid"):
-            values[key] = [_literal(v) for v in text.split(",") if v.strip()]
-        base = {k: _literal(v) for k, v in _pairs(set_flags, "--set")}
-        start = time.perf_counter()
-        df = run_sweep(values, base, trace=trace, preset=None if trace else (preset or "sharegpt"),
-                       workers=workers, ray=ray, ray_address=ray_address, out_dir=out, resume=resume,
-                       progress=True)
-    failed = df[df.status != "ok"]
-    typer.echo(f"wrote {out}/results.parquet and results.csv: {len(df)} runs, {len(failed)} failed, "
-               f"{time.perf_counter() - start:.1f} s")
-    for row in failed.head(5).itertuples():
-        typer.echo(f"  failed {row.run_id}: {row.error}", err=True)
