@@ -1,8 +1,8 @@
 """Prefill/decode disaggregation in one SimPy environment (DistServe, Splitwise): P prefill instances
 run prompts only, D decode instances run the rest, and each request's KV cache crosses a link between.
 
-A request arrives and goes to the prefill instance with the fewest requests queued or running (ties:
-the lowest index; DistServe's global scheduler picks the least loaded too). Its prefill emits the first
+A request arrives and goes to the prefill instance with the fewest requests queued or in the batch
+(ties: the lowest index; DistServe's global scheduler picks the least loaded too). Its prefill emits the first
 token: TTFT ends there (DistServe's definition). It then queues, FIFO, at the decode instance with the
 fewest requests (running, queued, in flight or waiting to be taken) and holds its prefill blocks until
 that instance can reserve its prompt's slots (`DecodeScheduler.reserve`: KV memory and `max_num_seqs`
@@ -66,6 +66,7 @@ class _Instance:
         self.wake: simpy.Event | None = None
         self.busy_s = 0.0
         self.steps = 0
+        self.in_step = 0                # requests the step under way prefills (they left `running`)
         env.process(self._run())
 
     def poke(self) -> None:
@@ -82,7 +83,9 @@ class _Instance:
                 yield self.wake
                 self.wake = None
                 continue
+            self.in_step = len(plan.prefills)
             yield env.timeout(plan.durations[0])
+            self.in_step = 0
             self.busy_s += plan.durations[0]
             self.steps += 1
             self.on_step(self, plan)
@@ -127,7 +130,7 @@ class DisaggSim:
             if reason:
                 self.status[i], self.reason[i], self.finished_s[i] = "rejected", reason, env.now
                 continue
-            k = min(range(len(self.prefill)), key=lambda j: _prefill_load(self.prefill[j].sched))
+            k = min(range(len(self.prefill)), key=lambda j: _prefill_load(self.prefill[j]))
             self.prefill_of[i] = k
             self.prefill[k].sched.add(i, env.now)
             self.prefill[k].poke()
@@ -196,5 +199,7 @@ class DisaggSim:
                 "status": np.array(self.status, dtype=object), "reason": np.array(self.reason, dtype=object)}
 
 
-def _prefill_load(sched: PrefillScheduler) -> int:
-    return len(sched.waiting) + len(sched.running)
+def _prefill_load(inst: _Instance) -> int:
+    """Requests queued or running at a prefill instance, those of the step under way included (the
+    scheduler retires a step's finished prefills when it plans the step)."""
+    return len(inst.sched.waiting) + len(inst.sched.running) + inst.in_step
