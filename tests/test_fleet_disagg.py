@@ -127,3 +127,49 @@ def test_goodput_search_finds_the_last_passing_rate():
     rate, tried = goodput(lambda r: 1.0 if r <= 3.0 else 0.0, target=0.9, rel_tol=0.05)
     assert 3.0 * 0.95 <= rate <= 3.0
     assert goodput(lambda r: 0.0)[0] == 0.0
+
+
+# -- the command line ---------------------------------------------------------------------------------
+from typer.testing import CliRunner  # noqa: E402
+
+from kvsim.cli.app import app  # noqa: E402
+
+runner = CliRunner()
+
+
+def _trace_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0.0, "prompt_tokens": 40, "output_tokens": 5}\n'
+                    '{"arrival_s": 0.1, "prompt_tokens": 80, "output_tokens": 1}\n')
+    return path
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--prefill-replicas", "2", "--decode-replicas", "0"], "--decode-replicas must be >= 1"),
+    (["--prefill-replicas", "2"], "--prefill-replicas needs --decode-replicas"),
+    (["--decode-replicas", "2"], "--decode-replicas needs --prefill-replicas"),
+    (["--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link", "nvlink9"], "unknown --kv-link 'nvlink9'"),
+    (["--prefill-replicas", "1", "--decode-replicas", "1", "--decode-tp", "3"], "--decode-tp"),
+    (["--prefill-replicas", "1", "--decode-replicas", "1", "--ttft-slo", "0"], "--ttft-slo"),
+])
+def test_bad_disaggregation_flags_exit_2_naming_the_flag(tmp_path, flags, message):
+    res = runner.invoke(app, ["run", str(_trace_file(tmp_path)), *flags, "--quiet"])
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split())
+    assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
+
+
+def test_run_disaggregated_end_to_end(tmp_path):
+    """Two requests on 1 prefill + 2 decode instances (TP 2 each: 6 GPUs): one KV transfer (the other
+    request has one output token), of 40 tokens x 819,200 bytes."""
+    out = tmp_path / "s.json"
+    res = runner.invoke(app, ["run", str(_trace_file(tmp_path)), "--gpu", "a100-80gb", "--prefill-replicas", "1",
+                              "--decode-replicas", "2", "--prefill-tp", "2", "--decode-tp", "2",
+                              "--kv-link", "ib-400", "--json", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    import json
+    s = json.loads(out.read_text())
+    d = s["disaggregation"]
+    assert (s["requests"], s["finished"], d["gpus"], d["transfers"]) == (2, 2, 6, 1)
+    assert d["transfer_bytes"] == 40 * KV_BYTES
+    assert d["transfer_s"]["mean"] == pytest.approx(4.6e-6 + 40 * KV_BYTES / 50e9)

@@ -18,6 +18,8 @@ import typer
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.cli.lazy import RootGroup
+from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
+                              TpotSloOpt, TtftSloOpt)
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
@@ -145,6 +147,9 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                                      "a trace's output_tokens_per_sample wins."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
+        prefill_replicas: Optional[int] = PrefillReplicasOpt, decode_replicas: Optional[int] = DecodeReplicasOpt,
+        prefill_tp: Optional[int] = PrefillTpOpt, decode_tp: Optional[int] = DecodeTpOpt,
+        kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt, tpot_slo: float = TpotSloOpt,
         quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
@@ -168,6 +173,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
+        if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.disagg
+            from kvsim.cli.disagg import run_disaggregated
+            return run_disaggregated(cfg, trace, lambda: _head(load_trace(trace, trace_format), max_requests),
+                                     prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link,
+                                     ttft_slo, tpot_slo, json_out, quiet)
         if not quiet:
             print_startup(cfg)
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
@@ -194,6 +204,10 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+
+
+def _head(tr, max_requests):
+    return tr if max_requests is None else tr.head(min(max_requests, len(tr)))
 
 
 #: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).

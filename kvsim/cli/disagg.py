@@ -1,0 +1,90 @@
+"""`kvsim run --prefill-replicas P --decode-replicas D`: the run command's disaggregated mode (options and
+the handler; `kvsim.cli.app.run` hands over when either flag is given). Each instance gets the run's
+memory flags (`--kv-gib`, `--num-blocks`, `--gpu-mem-util` describe one instance) and its side's TP.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvsim.files import check_output_file, write_text_atomic
+
+PrefillReplicasOpt = typer.Option(None, "--prefill-replicas", help="Prefill/decode disaggregation: "
+                                  "prefill instances (with --decode-replicas; DistServe).")
+DecodeReplicasOpt = typer.Option(None, "--decode-replicas", help="Decode instances (with --prefill-replicas).")
+PrefillTpOpt = typer.Option(None, "--prefill-tp", help="TP of each prefill instance (default: --tp).")
+DecodeTpOpt = typer.Option(None, "--decode-tp", help="TP of each decode instance (default: --tp).")
+KvLinkOpt = typer.Option("nvlink", "--kv-link", help="Link the KV cache crosses from prefill to decode: "
+                         "nvlink, ib-400, roce-100, pcie, pcie5 (kvsim/fleet/kv_link.py cites each).")
+TtftSloOpt = typer.Option(0.2, "--ttft-slo", help="TTFT SLO for the attainment, seconds.")
+TpotSloOpt = typer.Option(0.1, "--tpot-slo", help="TPOT SLO for the attainment, seconds.")
+
+
+def disagg_config(cfg, prefill_replicas: Optional[int], decode_replicas: Optional[int],
+                  prefill_tp: Optional[int], decode_tp: Optional[int], kv_link: str):
+    """The `DisaggConfig` of the flags (ValueError naming the flag when one is wrong or missing)."""
+    from kvsim.fleet.disagg import DisaggConfig
+    from kvsim.fleet.kv_link import get_link
+
+    if prefill_replicas is None:
+        raise ValueError("--decode-replicas needs --prefill-replicas (a P:D split needs a prefill side)")
+    if decode_replicas is None:
+        raise ValueError("--prefill-replicas needs --decode-replicas >= 1 (a P:D split needs a decode side)")
+    link = get_link(kv_link)
+    sides = []
+    for flag, tp in (("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)):
+        try:
+            sides.append(cfg if tp is None else replace(cfg, deployment=replace(cfg.deployment, tp=tp)))
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+    return DisaggConfig(sides[0], sides[1], prefill_replicas, decode_replicas, link)
+
+
+def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_replicas, prefill_tp, decode_tp,
+                      kv_link: str, ttft_slo: float, tpot_slo: float, json_out: Optional[Path],
+                      quiet: bool) -> None:
+    """Run the trace (`load()` reads it) disaggregated; print and write the summary. Exit 2 on bad input."""
+    from kvsim.cli.output import error
+    from kvsim.fleet.disagg_slo import disagg_summary, run_disagg
+
+    try:
+        if json_out is not None:
+            check_output_file(json_out, "--json")
+        for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
+            if not v > 0:
+                raise ValueError(f"{flag} must be > 0 seconds, got {v}")
+        dcfg = disagg_config(cfg, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
+        dcfg.prefill.resolved(), dcfg.decode.resolved()
+        sim = run_disagg(load(), dcfg)
+    except ValueError as exc:
+        error(str(exc))
+    summary = disagg_summary(sim, ttft_slo, tpot_slo)
+    if json_out is not None:
+        write_text_atomic(json_out, json.dumps(summary, indent=2))
+    if not quiet:
+        typer.echo(_text(summary, trace_path.name, cfg.deployment.model.name, cfg.deployment.gpu.name))
+
+
+def _ms(stats: dict) -> str:
+    if stats["p50"] is None:
+        return "-"
+    return f"p50 {stats['p50'] * 1e3:.1f} / p90 {stats['p90'] * 1e3:.1f} / p99 {stats['p99'] * 1e3:.1f} ms"
+
+
+def _text(s: dict, trace: str, model: str, gpu: str) -> str:
+    d = s["disaggregation"]
+    return "\n".join([
+        f"{trace}: {model} on {gpu}, {d['prefill_replicas']} prefill (TP {d['prefill_tp']}) : "
+        f"{d['decode_replicas']} decode (TP {d['decode_tp']}) = {d['gpus']} GPUs, KV over {d['kv_link']}",
+        f"requests      {s['finished']} finished / {s['requests']} ({s['rejected']} rejected)",
+        f"TTFT          {_ms(s['ttft_s'])}",
+        f"TPOT          {_ms(s['tpot_s'])}",
+        f"KV transfers  {d['transfers']} ({d['transfer_bytes'] / 1e9:.2f} GB), {_ms(d['transfer_s'])}",
+        f"held at prefill waiting for decode memory: {_ms(d['held_at_prefill_s'])}",
+        f"SLO attainment {s['slo']['attainment']:.1%} (TTFT <= {s['slo']['ttft_s'] * 1e3:.0f} ms and "
+        f"TPOT <= {s['slo']['tpot_s'] * 1e3:.0f} ms)"])
