@@ -82,13 +82,15 @@ def kvsim_configs(link: str):
     return make_config(model="opt-13b", gpu="a100-80gb", tp=1), link
 
 
-def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool) -> dict:
+def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool, requests=None) -> dict:
+    """Goodput per split (and colocated) on both simulators; `requests`: (arrival_s, prompt, output)
+    arrays to use instead of the trace's first `n`."""
     from kvsim.fleet.disagg import DisaggConfig
     from kvsim.fleet.disagg_slo import attainment, colocated_columns, goodput, run_disagg
     from kvsim.fleet.kv_link import get_link
     from kvsim.trace.table import Trace, rescale_trace
 
-    arrival, prompt, output = azure_requests(n)
+    arrival, prompt, output = requests if requests is not None else azure_requests(n)
     base = Trace.from_arrays(arrival, prompt, output)
     cfg = kvsim_configs(link)[0]
     ds = DistServe() if peer else None
@@ -103,11 +105,12 @@ def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool) -> dict:
             split = DisaggConfig(cfg, cfg, p, d, get_link(link))
             ours, _ = goodput(lambda r: attainment(run_disagg(scaled(r), split).request_columns(),
                                                   TTFT_SLO_S, TPOT_SLO_S), TARGET, rel_tol=rel_tol)
-            theirs = None
+            theirs, tried = None, {}
             if ds is not None:
-                theirs, _ = goodput(lambda r: ds.attainment(scaled(r).arrival_s, prompt, output, "distserve",
+                theirs, tried = goodput(lambda r: ds.attainment(scaled(r).arrival_s, prompt, output, "distserve",
                                                             p, d), TARGET, rel_tol=rel_tol)
-            rows.append({"prefill": p, "decode": d, "kvsim_goodput_rps": ours, "distserve_goodput_rps": theirs})
+            rows.append({"prefill": p, "decode": d, "kvsim_goodput_rps": ours, "distserve_goodput_rps": theirs,
+                         "distserve_attainment": {str(r): a for r, a in sorted(tried.items())}})
         colo, _ = goodput(lambda r: attainment(colocated_columns(scaled(r), cfg, gpus), TTFT_SLO_S, TPOT_SLO_S),
                           TARGET, rel_tol=rel_tol)
         colo_ds = None
@@ -117,7 +120,8 @@ def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool) -> dict:
     finally:
         if ds is not None:
             ds.close()
-    return {"n": n, "gpus": gpus, "kv_link": link, "ttft_slo_s": TTFT_SLO_S, "tpot_slo_s": TPOT_SLO_S,
+    return {"requests": [[float(a), int(p), int(o)] for a, p, o in zip(arrival, prompt, output)],
+            "n": n, "gpus": gpus, "kv_link": link, "ttft_slo_s": TTFT_SLO_S, "tpot_slo_s": TPOT_SLO_S,
             "target": TARGET, "rel_tol": rel_tol, "splits": rows,
             "colocated": {"kvsim_goodput_rps": colo, "distserve_goodput_rps": colo_ds}}
 
@@ -160,7 +164,7 @@ def main() -> None:
         print(f"best split agrees: {ours[0] == theirs[0]}; full order agrees: {ours == theirs}")
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.json:
-        args.json.write_text(json.dumps(res, indent=1) + "\n")
+        args.json.write_text(json.dumps(res) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ memory flags (`--kv-gib`, `--num-blocks`, `--gpu-mem-util` describe one instance
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -25,31 +24,12 @@ TtftSloOpt = typer.Option(0.2, "--ttft-slo", help="TTFT SLO for the attainment, 
 TpotSloOpt = typer.Option(0.1, "--tpot-slo", help="TPOT SLO for the attainment, seconds.")
 
 
-def disagg_config(cfg, prefill_replicas: Optional[int], decode_replicas: Optional[int],
-                  prefill_tp: Optional[int], decode_tp: Optional[int], kv_link: str):
-    """The `DisaggConfig` of the flags (ValueError naming the flag when one is wrong or missing)."""
-    from kvsim.fleet.disagg import DisaggConfig
-    from kvsim.fleet.kv_link import get_link
-
-    if prefill_replicas is None:
-        raise ValueError("--decode-replicas needs --prefill-replicas (a P:D split needs a prefill side)")
-    if decode_replicas is None:
-        raise ValueError("--prefill-replicas needs --decode-replicas >= 1 (a P:D split needs a decode side)")
-    link = get_link(kv_link)
-    sides = []
-    for flag, tp in (("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)):
-        try:
-            sides.append(cfg if tp is None else replace(cfg, deployment=replace(cfg.deployment, tp=tp)))
-        except ValueError as exc:
-            raise ValueError(f"{flag}: {exc}") from None
-    return DisaggConfig(sides[0], sides[1], prefill_replicas, decode_replicas, link)
-
-
 def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_replicas, prefill_tp, decode_tp,
                       kv_link: str, ttft_slo: float, tpot_slo: float, json_out: Optional[Path],
                       quiet: bool) -> None:
     """Run the trace (`load()` reads it) disaggregated; print and write the summary. Exit 2 on bad input."""
     from kvsim.cli.output import error
+    from kvsim.fleet.disagg_plan import disagg_config
     from kvsim.fleet.disagg_slo import disagg_summary, run_disagg
 
     try:

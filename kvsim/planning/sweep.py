@@ -30,6 +30,10 @@ from kvsim.trace.table import Trace
 
 #: Grid keys that shape the workload rather than the configuration.
 WORKLOAD_KEYS = ("trace", "preset", "rate", "time_scale", "duration_s", "num_requests", "max_requests")
+#: Grid keys of a disaggregated run (`kvsim.fleet.disagg_plan.DISAGG_KEYS`; a point with
+#: `prefill_replicas` or `decode_replicas` runs one).
+DISAGG_KEYS = ("prefill_replicas", "decode_replicas", "prefill_tp", "decode_tp", "kv_link", "ttft_slo",
+               "tpot_slo")
 ROWS_FILE, PARQUET_FILE, CSV_FILE = "rows.jsonl", "results.parquet", "results.csv"
 
 
@@ -39,7 +43,7 @@ def grid_points(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = N
     >>> grid_points({"block_size": [8, 16], "allocator": ["paged"]}, {"kv_gib": 12})
     [{'kv_gib': 12, 'block_size': 8, 'allocator': 'paged'}, {'kv_gib': 12, 'block_size': 16, 'allocator': 'paged'}]
     """
-    known = set(run_flags()) | set(WORKLOAD_KEYS)
+    known = set(run_flags()) | set(WORKLOAD_KEYS) | set(DISAGG_KEYS)
     grid = {normalize_flag(k): list(v) for k, v in grid.items()}
     base = {normalize_flag(k): v for k, v in (base or {}).items()}
     if not grid:
@@ -114,11 +118,15 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
     try:
-        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS}
+        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS}
         cfg = make_config(config, **flags)
         tr = workload(point, trace)
-        result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
-        row.update({**config_row(cfg), **point, **summary_row(result.summary)})
+        if point.get("prefill_replicas") is not None or point.get("decode_replicas") is not None:
+            from kvsim.fleet.disagg_plan import disagg_row
+            row.update({**config_row(cfg), **point, **disagg_row(tr, cfg, point)})
+        else:
+            result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
+            row.update({**config_row(cfg), **point, **summary_row(result.summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
