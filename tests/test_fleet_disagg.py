@@ -173,3 +173,20 @@ def test_run_disaggregated_end_to_end(tmp_path):
     assert (s["requests"], s["finished"], d["gpus"], d["transfers"]) == (2, 2, 6, 1)
     assert d["transfer_bytes"] == 40 * KV_BYTES
     assert d["transfer_s"]["mean"] == pytest.approx(4.6e-6 + 40 * KV_BYTES / 50e9)
+
+
+def test_capacity_disagg_needs_a_rate(tmp_path):
+    res = runner.invoke(app, ["capacity", str(_trace_file(tmp_path)), "--disagg"])
+    assert res.exit_code == 2 and "--disagg needs --gpus-for" in " ".join(res.output.split()), res.output
+
+
+def test_sweep_takes_prefill_and_decode_replicas_as_grid_keys(tmp_path):
+    """Two grid points: 1P:1D runs (2 GPUs, both requests finish, one transfer); 1P:0D is a row with
+    the error naming --decode-replicas (the grid goes on)."""
+    from kvsim.planning.sweep import run_sweep
+
+    df = run_sweep({"decode_replicas": [1, 0]}, {"prefill_replicas": 1, "gpu": "a100-80gb"},
+                   trace=_trace_file(tmp_path), workers=1)
+    ok, bad = df.iloc[0], df.iloc[1]
+    assert (ok.status, ok.gpus, ok.requests_finished, ok.kv_transfers) == ("ok", 2, 2, 1)
+    assert bad.status == "error" and "--decode-replicas must be >= 1" in bad.error

@@ -68,3 +68,43 @@ def _text(s: dict, trace: str, model: str, gpu: str) -> str:
         f"held at prefill waiting for decode memory: {_ms(d['held_at_prefill_s'])}",
         f"SLO attainment {s['slo']['attainment']:.1%} (TTFT <= {s['slo']['ttft_s'] * 1e3:.0f} ms and "
         f"TPOT <= {s['slo']['tpot_s'] * 1e3:.0f} ms)"])
+
+
+DisaggSearchOpt = typer.Option(False, "--disagg", help="With --gpus-for: search prefill/decode splits "
+                               "(P + D instances per TP degree, fewest GPUs first) beside colocated replicas, "
+                               "against --ttft-slo/--tpot-slo at --slo-attainment.")
+AttainmentOpt = typer.Option(0.9, "--slo-attainment", help="--disagg: fraction of requests that must meet "
+                             "both SLOs (DistServe: 0.9).")
+MaxGpusOpt = typer.Option(16, "--max-gpus", min=2, help="--disagg: most GPUs tried per TP degree.")
+
+
+def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional[float], tp_options: str,
+                    duration: float, seed: int, flags: dict, kv_link: str, ttft_slo: float, tpot_slo: float,
+                    target: float, max_gpus: int, json_out: Optional[Path]) -> None:
+    """`kvsim capacity --gpus-for R --disagg`: the P:D split search (`kvsim.fleet.disagg_plan`), printed
+    as a table and written with --json. Raises ValueError on bad input (the caller exits 2)."""
+    from kvsim.fleet.disagg_plan import split_search
+    from kvsim.planning.runs import make_config
+
+    if rate is None:
+        raise ValueError("--disagg needs --gpus-for RATE")
+    if json_out is not None:
+        check_output_file(json_out, "--json")
+    if trace is not None:
+        from kvsim.trace.formats import load_trace
+        tr = load_trace(trace)
+    else:
+        from kvsim.trace.synthetic import generate
+        tr = generate(preset or "sharegpt", rate_rps=rate, duration_s=duration, seed=seed)
+    options = [int(x) for x in tp_options.split(",") if x.strip()]
+    rows = split_search(tr, make_config(**flags), rate, tp_options=options, max_gpus=max_gpus,
+                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target)
+    typer.echo(f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
+               f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}):")
+    typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11}")
+    for r in rows:
+        split = "colocated" if r["prefill"] == 0 else f"{r['prefill']}P:{r['decode']}D"
+        typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%}"
+                   f"{'  <- best' if r['best'] else ''}")
+    if json_out is not None:
+        write_text_atomic(json_out, json.dumps({"gpus_disagg": rows}, indent=2))
