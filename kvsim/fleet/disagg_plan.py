@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from kvsim.engine.config import SimConfig
 from kvsim.fleet.disagg import DisaggConfig
-from kvsim.fleet.disagg_slo import attainment, colocated_columns, disagg_summary, run_disagg
+from kvsim.fleet.disagg_slo import attainment, colocated_columns, disagg_summary, goodput, run_disagg
 from kvsim.fleet.kv_link import get_link
 from kvsim.trace.table import Trace, rescale_trace
 
@@ -100,3 +100,39 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
     for r in rows:
         r["best"] = r is best
     return rows
+
+
+def simulate_disagg(trace: Trace, config: SimConfig, prefill_replicas: int, decode_replicas: int, *,
+                    prefill_tp: int | None = None, decode_tp: int | None = None, kv_link: str = "nvlink",
+                    cost=None):
+    """Run `trace` on P prefill and D decode instances of `config` (`kvsim.fleet.disagg.DisaggSim`, run);
+    its `request_columns()` have TTFT and TPOT per request, `disagg_summary` the figures.
+
+    >>> import kvsim
+    >>> t = kvsim.Trace.from_arrays([0.0, 0.1], [500, 800], [20, 30])
+    >>> sim = kvsim.simulate_disagg(t, kvsim.make_config(gpu="a100-80gb"), 1, 1)
+    >>> sim.request_columns()["status"].tolist()
+    ['finished', 'finished']
+    """
+    cfg = disagg_config(config, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
+    return run_disagg(trace, cfg, cost)
+
+
+def disagg_goodput(trace: Trace, config: SimConfig, prefill_replicas: int = 0, decode_replicas: int = 0, *,
+                   replicas: int = 0, prefill_tp: int | None = None, decode_tp: int | None = None,
+                   kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
+                   target: float = 0.9, rel_tol: float = 0.05) -> tuple[float, dict[float, float]]:
+    """Goodput (req/s; `kvsim.fleet.disagg_slo.goodput`) of P:D disaggregated instances, or with
+    `replicas` of that many colocated replicas fed round-robin, on `trace` rescaled to each rate tried;
+    and the attainment at every rate tried."""
+    if replicas:
+        def attained(rate: float) -> float:
+            return attainment(colocated_columns(rescale_trace(trace, rate_rps=rate), config, replicas),
+                              ttft_slo, tpot_slo)
+    else:
+        cfg = disagg_config(config, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
+
+        def attained(rate: float) -> float:
+            sim = run_disagg(rescale_trace(trace, rate_rps=rate), cfg)
+            return attainment(sim.request_columns(), ttft_slo, tpot_slo)
+    return goodput(attained, target, rel_tol=rel_tol)
