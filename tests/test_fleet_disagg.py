@@ -190,3 +190,21 @@ def test_sweep_takes_prefill_and_decode_replicas_as_grid_keys(tmp_path):
     ok, bad = df.iloc[0], df.iloc[1]
     assert (ok.status, ok.gpus, ok.requests_finished, ok.kv_transfers) == ("ok", 2, 2, 1)
     assert bad.status == "error" and "--decode-replicas must be >= 1" in bad.error
+
+
+def test_split_search_stops_at_the_fewest_gpus_that_meet_the_slo():
+    """Every step 1 s. Requests 2 s apart (P=4, M=2) take a 1 s prefill and a 1 s decode step: with two
+    GPUs, 1P:1D gives TTFT 1 s and TPOT 1 s plus the NVLink transfer (a few us); two colocated replicas
+    each see a request every 4 s: TTFT 1 s, TPOT 1 s. With a TTFT SLO of 1.5 s and a TPOT SLO of 1.5 s
+    both meet it at 2 GPUs: the search stops there, and colocation wins the tie. With a TPOT SLO of
+    0.5 s nothing meets it: ValueError."""
+    from kvsim.fleet.disagg_plan import split_search
+
+    trace = trace_of([(2.0 * k, 4, 2) for k in range(6)])
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0))
+    assert [(r["gpus"], r["prefill"], r["decode"], r["attainment"]) for r in rows] == [(2, 1, 1, 1.0), (2, 0, 0, 1.0)]
+    assert [r["best"] for r in rows] == [False, True]
+    with pytest.raises(ValueError, match="no split of up to 4 GPUs"):
+        split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=0.5,
+                     cost=ConstantCost(1.0))

@@ -62,10 +62,12 @@ def disagg_row(trace: Trace, cfg: SimConfig, flags: Mapping[str, Any]) -> dict[s
 
 def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: Sequence[int] = (1, 2, 4, 8),
                  max_gpus: int = 16, kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
-                 target: float = 0.9) -> list[dict[str, Any]]:
+                 target: float = 0.9, cost=None) -> list[dict[str, Any]]:
     """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best) for the fewest
     GPUs per TP degree at which a split or colocation meets `target` at `rate_rps` (`trace` rescaled
-    to it); the overall answer is the row marked `best` (fewest GPUs, then highest attainment)."""
+    to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
+    `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
+    for every run (tests)."""
     if not rate_rps > 0:
         raise ValueError(f"--gpus-for must be > 0 requests/s, got {rate_rps}")
     if not 0 < target <= 1:
@@ -81,10 +83,10 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
         for n in range(2, max_gpus // tp + 1):
             found = []
             for p in range(1, n):
-                c = attainment(run_disagg(tr, DisaggConfig(side, side, p, n - p, link)).request_columns(),
+                c = attainment(run_disagg(tr, DisaggConfig(side, side, p, n - p, link), cost).request_columns(),
                                ttft_slo, tpot_slo)
                 found.append({"tp": tp, "gpus": n * tp, "prefill": p, "decode": n - p, "attainment": c})
-            c = attainment(colocated_columns(tr, side, n), ttft_slo, tpot_slo)
+            c = attainment(colocated_columns(tr, side, n, cost), ttft_slo, tpot_slo)
             found.append({"tp": tp, "gpus": n * tp, "prefill": 0, "decode": 0, "attainment": c})
             if any(r["attainment"] >= target for r in found):
                 rows += found
@@ -96,7 +98,7 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
         raise ValueError(f"no split of up to {max_gpus} GPUs (TP {', '.join(map(str, tp_options))}) serves "
                          f"{rate_rps} req/s with {target:.0%} of requests within TTFT {ttft_slo} s and TPOT "
                          f"{tpot_slo} s")
-    best = min(passing, key=lambda r: (r["gpus"], -r["attainment"], r["prefill"] == 0))
+    best = min(passing, key=lambda r: (r["gpus"], -r["attainment"], r["prefill"] != 0))
     for r in rows:
         r["best"] = r is best
     return rows
