@@ -208,3 +208,17 @@ def test_split_search_stops_at_the_fewest_gpus_that_meet_the_slo():
     with pytest.raises(ValueError, match="no split of up to 4 GPUs"):
         split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=0.5,
                      cost=ConstantCost(1.0))
+
+
+def test_run_disaggregated_writes_its_folder(tmp_path):
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", str(_trace_file(tmp_path)), "--prefill-replicas", "1", "--decode-replicas",
+                              "1", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+    req = pd.read_csv(out / "requests.csv")
+    assert req.status.tolist() == ["finished", "finished"] and req.transfer_start_s.isna().tolist() == [False, True]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "requests.csv", "summary.json"]
+    res = runner.invoke(app, ["run", str(_trace_file(tmp_path)), "--prefill-replicas", "1", "--decode-replicas",
+                              "1", "--batching", "static", "--quiet"])
+    assert res.exit_code == 2 and "--batching static" in res.output

@@ -177,7 +177,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             from kvsim.cli.disagg import run_disaggregated
             return run_disaggregated(cfg, trace, lambda: _head(load_trace(trace, trace_format), max_requests),
                                      prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link,
-                                     ttft_slo, tpot_slo, json_out, quiet)
+                                     ttft_slo, tpot_slo, json_out, quiet, out)
         if not quiet:
             print_startup(cfg)
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)

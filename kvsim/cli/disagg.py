@@ -26,8 +26,9 @@ TpotSloOpt = typer.Option(0.1, "--tpot-slo", help="TPOT SLO for the attainment, 
 
 def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_replicas, prefill_tp, decode_tp,
                       kv_link: str, ttft_slo: float, tpot_slo: float, json_out: Optional[Path],
-                      quiet: bool) -> None:
-    """Run the trace (`load()` reads it) disaggregated; print and write the summary. Exit 2 on bad input."""
+                      quiet: bool, out: Optional[Path] = None) -> None:
+    """Run the trace (`load()` reads it) disaggregated; print the summary, write it with --json, and with
+    --out write requests.csv, config.json and summary.json there. Exit 2 on bad input."""
     from kvsim.cli.output import error
     from kvsim.fleet.disagg_plan import disagg_config
     from kvsim.fleet.disagg_slo import disagg_summary, run_disagg
@@ -38,6 +39,8 @@ def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_repl
         for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
             if not v > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {v}")
+        if cfg.scheduler.batching != "continuous":
+            raise ValueError("--batching static: disaggregated instances batch continuously")
         dcfg = disagg_config(cfg, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
         dcfg.prefill.resolved(), dcfg.decode.resolved()
         sim = run_disagg(load(), dcfg)
@@ -46,8 +49,26 @@ def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_repl
     summary = disagg_summary(sim, ttft_slo, tpot_slo)
     if json_out is not None:
         write_text_atomic(json_out, json.dumps(summary, indent=2))
+    if out is not None:
+        _write_folder(out, sim, dcfg, summary)
     if not quiet:
         typer.echo(_text(summary, trace_path.name, cfg.deployment.model.name, cfg.deployment.gpu.name))
+
+
+def _write_folder(out: Path, sim, dcfg, summary: dict) -> None:
+    """requests.csv (one row per request, `DisaggSim.request_columns`), config.json (both sides), then
+    summary.json, each whole; the folder says INCOMPLETE until all are written."""
+    import pandas as pd
+
+    from kvsim.files import atomic_write, result_folder
+
+    config = {"prefill": dcfg.prefill.to_dict(), "decode": dcfg.decode.to_dict(), "kv_link": dcfg.link.name,
+              "prefill_replicas": dcfg.prefill_replicas, "decode_replicas": dcfg.decode_replicas}
+    with result_folder(out) as folder:
+        with atomic_write(folder / "requests.csv", newline="") as f:
+            pd.DataFrame(sim.request_columns()).to_csv(f, index=False)
+        write_text_atomic(folder / "config.json", json.dumps(config, indent=2, default=str))
+        write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2))
 
 
 def _ms(stats: dict) -> str:
