@@ -24,11 +24,12 @@ TtftSloOpt = typer.Option(0.2, "--ttft-slo", help="TTFT SLO for the attainment, 
 TpotSloOpt = typer.Option(0.1, "--tpot-slo", help="TPOT SLO for the attainment, seconds.")
 
 
-def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_replicas, prefill_tp, decode_tp,
-                      kv_link: str, ttft_slo: float, tpot_slo: float, json_out: Optional[Path],
-                      quiet: bool, out: Optional[Path] = None) -> None:
-    """Run the trace (`load()` reads it) disaggregated; print the summary, write it with --json, and with
-    --out write requests.csv, config.json and summary.json there. Exit 2 on bad input."""
+def run_disaggregated(cfg, trace_path: Path, load, max_requests: Optional[int], prefill_replicas,
+                      decode_replicas, prefill_tp, decode_tp, kv_link: str, ttft_slo: float, tpot_slo: float,
+                      json_out: Optional[Path], quiet: bool, out: Optional[Path] = None) -> None:
+    """Run the trace (`load()` reads it; its first `max_requests`) disaggregated; print the summary,
+    write it with --json, and with --out write requests.csv, config.json and summary.json there. Exit 2
+    on bad input."""
     from kvsim.cli.output import error
     from kvsim.fleet.disagg_plan import disagg_config
     from kvsim.fleet.disagg_slo import disagg_summary, run_disagg
@@ -43,7 +44,8 @@ def run_disaggregated(cfg, trace_path: Path, load, prefill_replicas, decode_repl
             raise ValueError("--batching static: disaggregated instances batch continuously")
         dcfg = disagg_config(cfg, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
         dcfg.prefill.resolved(), dcfg.decode.resolved()
-        sim = run_disagg(load(), dcfg)
+        tr = load()
+        sim = run_disagg(tr if max_requests is None else tr.head(min(max_requests, len(tr))), dcfg)
     except ValueError as exc:
         error(str(exc))
     summary = disagg_summary(sim, ttft_slo, tpot_slo)
