@@ -18,6 +18,8 @@ import typer
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.cli.lazy import RootGroup
+from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
+                              TpotSloOpt, TtftSloOpt)
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
 from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
@@ -155,6 +157,9 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                                      "a trace's output_tokens_per_sample wins."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
+        prefill_replicas: Optional[int] = PrefillReplicasOpt, decode_replicas: Optional[int] = DecodeReplicasOpt,
+        prefill_tp: Optional[int] = PrefillTpOpt, decode_tp: Optional[int] = DecodeTpOpt,
+        kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt, tpot_slo: float = TpotSloOpt,
         quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
@@ -180,6 +185,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
+        if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.disagg
+            from kvsim.cli.disagg import run_disaggregated
+            return run_disaggregated(cfg, trace, lambda: load_trace(trace, trace_format), max_requests,
+                                     prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link,
+                                     ttft_slo, tpot_slo, json_out, quiet, out)
         if not quiet:
             print_startup(cfg)
         note_ignored(vllm_extras()[1])

@@ -16,6 +16,8 @@ from typing import Iterator, List, Optional
 import typer
 
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+from kvsim.cli.disagg import (AttainmentOpt, DisaggSearchOpt, KvLinkOpt, MaxGpusOpt, TpotSloOpt, TtftSloOpt,
+                              capacity_disagg)
 
 TraceArg = typer.Argument(None, metavar="[TRACE]", help="Trace file (kvsim JSONL, Azure CSV, Mooncake "
                           "JSONL, Vidur CSV); default: a synthetic trace of --preset.")
@@ -93,6 +95,8 @@ def capacity(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Rates simulated at once "
                                           "(processes; default: all cores)."),
     json_out: Optional[Path] = JsonOpt,
+    disagg: bool = DisaggSearchOpt, kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt,
+    tpot_slo: float = TpotSloOpt, slo_attainment: float = AttainmentOpt, max_gpus: int = MaxGpusOpt,
 ) -> None:
     """How much fits: KV cache size (tokens, blocks) and concurrency per allocator; with --slo the highest
     rate (req/s) meeting it, its latency-against-rate curve and what limits it; with --gpus-for the GPUs."""
@@ -103,7 +107,7 @@ def capacity(
     with _user_errors():
         if trace is not None and preset is not None:
             raise ValueError("give a TRACE or --preset, not both")
-        if gpus_for is not None and not slo:
+        if gpus_for is not None and not slo and not disagg:
             raise ValueError("--gpus-for needs at least one --slo")
         from kvsim.cli import bounds
         from kvsim.files import check_output_file
@@ -124,6 +128,9 @@ def capacity(
         extra, ignored = vllm_extras()            # a pasted vLLM command line (--gpu-memory-utilization, ...)
         flags.update(extra)
         note_ignored(ignored)
+        if disagg:                                          # kvsim.cli.disagg
+            return capacity_disagg(trace, preset, gpus_for, tp_options, duration, seed, flags, kv_link,
+                                   ttft_slo, tpot_slo, slo_attainment, max_gpus, json_out)
         if gpus_for is not None and tp is None and "tp" not in {**dict(_pairs(set_flags, "--set")), **extra}:
             flags["tp"] = _smallest_tp(flags, options)
             if flags["tp"] > 1:

@@ -27,7 +27,7 @@ from kvsim.engine.config import SimConfig
 from kvsim.planning import sweep_store as store
 from kvsim.planning.pool import run_pool
 from kvsim.planning.runs import config_row, make_config, summary_row
-from kvsim.planning.sweep_grid import WORKLOAD_KEYS, check_workload, grid_points, run_id
+from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS, check_workload, grid_points, run_id
 from kvsim.planning.sweep_store import CSV_FILE, PARQUET_FILE, ROWS_FILE
 from kvsim.trace.table import Trace
 
@@ -87,11 +87,15 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
     try:
-        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS}
+        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS}
         cfg = make_config(config, **flags)
         tr = workload(point, trace)
-        result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
-        row.update({**config_row(cfg), **point, **summary_row(result.summary)})
+        if point.get("prefill_replicas") is not None or point.get("decode_replicas") is not None:
+            from kvsim.fleet.disagg_plan import disagg_row
+            row.update({**config_row(cfg), **point, **disagg_row(tr, cfg, point)})
+        else:
+            result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
+            row.update({**config_row(cfg), **point, **summary_row(result.summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -116,7 +120,7 @@ def _row_check(trace: Trace | None) -> Callable[[dict, dict], str | None]:
     of requests in its point's trace (`sweep_store.check_row`)."""
     def check(row: dict, point: dict) -> str | None:
         try:
-            cfg = make_config(None, **{k: v for k, v in point.items() if k not in WORKLOAD_KEYS})
+            cfg = make_config(None, **{k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS})
             config = {k: v for k, v in config_row(cfg).items() if k not in point}
         except (ValueError, OSError):
             config = None

@@ -49,6 +49,18 @@ WORKLOAD_KEYS: dict[str, GridKey] = {
     "max_requests": GridKey("int", positive=True),  # first requests of a trace
 }
 
+#: Grid keys of a disaggregated run (`kvsim.fleet.disagg_plan`; a point with `prefill_replicas` or
+#: `decode_replicas` runs one): replicas and TP per side, the KV link's name, the SLOs (s).
+DISAGG_KEYS: dict[str, GridKey] = {
+    "prefill_replicas": GridKey("int", positive=True, optional=True),
+    "decode_replicas": GridKey("int", positive=True, optional=True),
+    "prefill_tp": GridKey("int", positive=True, optional=True),
+    "decode_tp": GridKey("int", positive=True, optional=True),
+    "kv_link": GridKey("str"),
+    "ttft_slo": GridKey("float", positive=True, optional=True),
+    "tpot_slo": GridKey("float", positive=True, optional=True),
+}
+
 
 def grid_keys() -> dict[str, GridKey]:
     """Every key a grid (or `base`) may hold, with its type: the run flags, then the workload keys."""
@@ -58,7 +70,7 @@ def grid_keys() -> dict[str, GridKey]:
         keys[flag] = GridKey("path" if flag in ("model_config", "calibration") else kind,
                              optional="None" in annotation)
     ignored = {name: GridKey("str", optional=True) for name in IGNORED}   # vLLM flags kvsim ignores: accepted
-    return {**ignored, **keys, **WORKLOAD_KEYS}
+    return {**ignored, **keys, **WORKLOAD_KEYS, **DISAGG_KEYS}
 
 
 def coerce(key: str, value: Any, spec: GridKey) -> Any:
