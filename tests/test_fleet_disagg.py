@@ -181,15 +181,17 @@ def test_capacity_disagg_needs_a_rate(tmp_path):
 
 
 def test_sweep_takes_prefill_and_decode_replicas_as_grid_keys(tmp_path):
-    """Two grid points: 1P:1D runs (2 GPUs, both requests finish, one transfer); 1P:0D is a row with
-    the error naming --decode-replicas (the grid goes on)."""
+    """1P:1D runs (2 GPUs, both requests finish, one transfer); a split with no decode side (0) is
+    refused before any run, naming the grid key (grid values are checked up front)."""
     from kvsim.planning.sweep import run_sweep
 
-    df = run_sweep({"decode_replicas": [1, 0]}, {"prefill_replicas": 1, "gpu": "a100-80gb"},
+    df = run_sweep({"decode_replicas": [1]}, {"prefill_replicas": 1, "gpu": "a100-80gb"},
                    trace=_trace_file(tmp_path), workers=1)
-    ok, bad = df.iloc[0], df.iloc[1]
+    ok = df.iloc[0]
     assert (ok.status, ok.gpus, ok.requests_finished, ok.kv_transfers) == ("ok", 2, 2, 1)
-    assert bad.status == "error" and "--decode-replicas must be >= 1" in bad.error
+    with pytest.raises(ValueError, match="decode_replicas"):
+        run_sweep({"decode_replicas": [1, 0]}, {"prefill_replicas": 1, "gpu": "a100-80gb"},
+                  trace=_trace_file(tmp_path), workers=1)
 
 
 def test_split_search_stops_at_the_fewest_gpus_that_meet_the_slo():
