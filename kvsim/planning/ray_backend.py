@@ -1,6 +1,8 @@
 """Sweep points as Ray tasks: a local Ray instance, or an existing cluster at `ray_address` (the `dist`
 extra). The sweep hands over its row function (`kvsim.planning.sweep.run_point`), and the same one runs
-in each task, so a sweep gives the same rows on either backend. Imports nothing of the sweep's.
+in each task, so a sweep gives the same rows on either backend. A worker process that has run a task
+ends with its node's raylet (which a local instance ends with the sweep process, SIGKILL included);
+Ray's own agent processes are Ray's to end. Imports nothing of the sweep's.
 """
 
 from __future__ import annotations
