@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -92,12 +93,16 @@ def coerce(key: str, value: Any, spec: GridKey) -> Any:
         return number
     if text is None or isinstance(text, (bool, list, dict)) or str(text) == "":
         raise ValueError(f"{what} is not a {'file name' if spec.kind == 'path' else 'name'}")
-    return str(text)
+    if isinstance(text, (str, int, float)) or spec.kind == "path":
+        return str(text)
+    return text                   # an object from the Python API (an EngineProfile): make_config's to judge
 
 
 def _number(text: Any, what: str, kind: str) -> int | float:
-    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+    if isinstance(text, bool) or not isinstance(text, (numbers.Real, str)):
         raise ValueError(f"{what} is not a number")
+    if isinstance(text, numbers.Real) and not isinstance(text, (int, float)):     # numpy scalars
+        text = int(text) if isinstance(text, numbers.Integral) else float(text)
     try:
         number = float(text) if isinstance(text, str) else text
     except ValueError:
