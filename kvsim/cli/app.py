@@ -17,6 +17,7 @@ import typer
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
+from kvsim.cli.fleet import BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
@@ -145,15 +146,21 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                                      "a trace's output_tokens_per_sample wins."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
-        quiet: bool = QuietOpt) -> None:
+        replicas: int = ReplicasOpt, router: str = RouterOpt, router_balance_abs: int = BalanceAbsOpt,
+        router_balance_rel: float = BalanceRelOpt, router_cache_threshold: float = CacheThresholdOpt,
+        cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
+    from kvsim.cli.fleet import fleet_config, print_fleet
     from kvsim.engine.sim import simulate
     from kvsim.trace.formats import load_trace
 
     steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
+        fleet = fleet_config(replicas, router, router_balance_abs, router_balance_rel, router_cache_threshold)
+        if out is not None and replicas > 1:
+            raise ValueError("--out: a fleet run (--replicas > 1) writes its summary with --json only")
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -163,7 +170,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
-                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
+                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache,
+                                         cpu_kv_gib=cpu_kv_gib),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
@@ -179,7 +187,11 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
-            result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
+            if replicas > 1:
+                from kvsim.fleet.sim import simulate_fleet
+                result = simulate_fleet(tr, cfg, fleet, progress)
+            else:
+                result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
     except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
@@ -194,6 +206,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+        if replicas > 1:
+            print_fleet(result.summary)
 
 
 #: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).
