@@ -50,3 +50,21 @@ def print_fleet(summary: dict) -> None:
     decisions = ", ".join(f"{k} {v:,}" for k, v in fleet["decisions"].items()) or "-"
     console.print(f"imbalance (max / mean): requests {imb['requests_max_over_mean']:.2f}, KV used "
                   f"{imb['kv_used_max_over_mean']:.2f}; router decisions: {decisions}", highlight=False)
+
+
+def print_fleet_gpus(console, df, rate: float) -> None:
+    """`kvsim capacity --gpus-for RATE --router R`: the fewest replicas per TP degree, fleets simulated."""
+    from rich.table import Table
+
+    t = Table(title=f"GPUs for {rate:g} req/s, fleets simulated behind the {df.router.iloc[0]} router")
+    metrics = [c for c in df.columns if c.startswith(("ttft_", "tpot_", "e2e_", "normalized_"))]
+    for col in ("TP", "fits", "replicas", "GPUs", *metrics, "prefix hits", "runs", "note"):
+        t.add_column(col, justify="right")
+    num = (lambda v, f: "-" if v is None or v != v else f.format(v))
+    for r in df.to_dict("records"):
+        t.add_row(str(r["tp"]), {True: "yes", False: "no"}.get(r["fits"], "-"), num(r["replicas"], "{:.0f}"),
+                  num(r["gpus"], "{:.0f}"), *(num(r[m], "{:.3g}") for m in metrics),
+                  num(r.get("prefix_cache_hit_rate"), "{:.1%}"), str(r["runs"]), r["note"][:60])
+    console.print(t)
+    best = df[df.best].iloc[0]
+    console.print(f"fewest GPUs: {best.gpus:.0f} = {best.replicas:.0f} replicas x TP {best.tp}", highlight=False)

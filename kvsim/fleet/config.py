@@ -29,7 +29,11 @@ class FleetConfig:
     loaded replica has more than `balance_abs` outstanding requests above the least loaded AND more than
     `balance_rel` times as many; then the least loaded replica takes the request. Otherwise the replica
     holding the longest cached prefix does, when that prefix is at least `cache_threshold` of the
-    prompt's shareable blocks (else the least loaded replica)."""
+    prompt's shareable blocks (else the least loaded replica).
+
+    >>> FleetConfig(4, "prefix-aware").balance_abs
+    64
+    """
 
     replicas: int = 1
     router: str = "round-robin"
@@ -48,3 +52,26 @@ class FleetConfig:
             raise ValueError(f"--router-balance-rel must be a finite ratio >= 1, got {self.balance_rel}")
         if not 0.0 <= self.cache_threshold <= 1.0:
             raise ValueError(f"--router-cache-threshold must be in [0, 1], got {self.cache_threshold}")
+
+
+#: Run flags (and sweep grid keys) that shape the fleet, not one engine, with their types.
+FLEET_FLAGS = {"replicas": int, "router": str, "router_balance_abs": int, "router_balance_rel": float,
+               "router_cache_threshold": float}
+
+
+def fleet_from_flags(flags) -> FleetConfig | None:
+    """The `FleetConfig` of the `FLEET_FLAGS` among `flags` (strings, as from a command line, parsed),
+    or None when `flags` has none of them. ValueError naming the flag when one is wrong."""
+    given = {k: v for k, v in flags.items() if k in FLEET_FLAGS and v is not None}
+    if not given:
+        return None
+    parsed = {}
+    for key, value in given.items():
+        kind = FLEET_FLAGS[key]
+        try:
+            parsed[key] = kind(value.strip()) if isinstance(value, str) else value
+        except ValueError:
+            raise ValueError(f"--{key.replace('_', '-')}: {value!r} is not a {kind.__name__}") from None
+    return FleetConfig(parsed.get("replicas", 1), parsed.get("router", "round-robin"),
+                       parsed.get("router_balance_abs", BALANCE_ABS), parsed.get("router_balance_rel", BALANCE_REL),
+                       parsed.get("router_cache_threshold", CACHE_THRESHOLD))

@@ -47,7 +47,15 @@ class FleetResult:
 def simulate_fleet(trace: Trace, cfg: SimConfig, fleet: FleetConfig, progress: Callable[[float], None] | None = None,
                    cost=None, fast_forward: bool = True) -> FleetResult:
     """Run `trace` through `fleet.replicas` copies of the configured deployment behind `fleet.router`;
-    deterministic. `cost` replaces every replica's cost model (tests pass a `ConstantCost`)."""
+    deterministic. `cost` replaces every replica's cost model (tests pass a `ConstantCost`).
+
+    >>> import kvsim
+    >>> tr = kvsim.generate_trace("alpaca", rate_rps=8, num_requests=40, seed=0)
+    >>> r = kvsim.simulate_fleet(tr, kvsim.make_config(model="llama-3-8b", gpu="h100-80gb"),
+    ...                          kvsim.FleetConfig(2, "least-requests"))
+    >>> sum(r.summary["fleet"]["routed"])
+    40
+    """
     env = simpy.Environment()
     replicas: list[Replica] = []
     times = trace.arrival_s.tolist()
@@ -103,3 +111,15 @@ def _arrivals(env: simpy.Environment, times: list[float], router_box: list[Route
             yield env.timeout(times[i] - now)
     for rep in replicas:
         rep.close()
+
+
+def run_summary(trace: Trace, cfg: SimConfig, fleet: FleetConfig | None) -> dict:
+    """One run's summary for a table row (sweeps, capacity searches): the single engine's when `fleet` is
+    None, else the fleet's with its per-replica summaries left out and requests routed as a string."""
+    if fleet is None:
+        from kvsim.engine.sim import simulate
+        return simulate(trace, cfg, keep_steps=False).summary
+    summary = simulate_fleet(trace, cfg, fleet).summary
+    section = {k: v for k, v in summary["fleet"].items() if k != "per_replica"}
+    section["routed"] = " ".join(map(str, section["routed"]))
+    return {**summary, "fleet": section}

@@ -26,6 +26,7 @@ import pandas as pd
 
 from kvsim.planning.runs import config_row, make_config, normalize_flag, run_flags, summary_row
 from kvsim.engine.config import SimConfig
+from kvsim.fleet.config import FLEET_FLAGS, fleet_from_flags
 from kvsim.trace.table import Trace
 
 #: Grid keys that shape the workload rather than the configuration.
@@ -39,7 +40,7 @@ def grid_points(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = N
     >>> grid_points({"block_size": [8, 16], "allocator": ["paged"]}, {"kv_gib": 12})
     [{'kv_gib': 12, 'block_size': 8, 'allocator': 'paged'}, {'kv_gib': 12, 'block_size': 16, 'allocator': 'paged'}]
     """
-    known = set(run_flags()) | set(WORKLOAD_KEYS)
+    known = set(run_flags()) | set(WORKLOAD_KEYS) | set(FLEET_FLAGS)    # (fleet keys: kvsim/fleet/config.py)
     grid = {normalize_flag(k): list(v) for k, v in grid.items()}
     base = {normalize_flag(k): v for k, v in (base or {}).items()}
     if not grid:
@@ -109,16 +110,16 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
               config: SimConfig | None = None) -> dict[str, Any]:
     """One grid point -> one row; any error is caught and recorded in the row (`status="error"`).
     The point's run flags apply over `config` when given."""
-    from kvsim.engine.sim import simulate
+    from kvsim.fleet.sim import run_summary
 
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
     try:
-        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS}
+        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in FLEET_FLAGS}
         cfg = make_config(config, **flags)
         tr = workload(point, trace)
-        result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
-        row.update({**config_row(cfg), **point, **summary_row(result.summary)})
+        summary = run_summary(tr, cfg, fleet_from_flags(point))    # a row needs the summary only
+        row.update({**config_row(cfg), **point, **summary_row(summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
