@@ -140,9 +140,22 @@ def test_one_replica_is_the_single_engine_exactly(path, flags, router):
     assert fleet == single
 
 
+def test_replicas_that_get_nothing_report_an_empty_summary():
+    tr = Trace.from_arrays([0.0], [20], [3])
+    res = simulate_fleet(tr, config(), FleetConfig(3, "least-requests"), cost=ConstantCost(C))
+    fleet = res.summary["fleet"]
+    assert fleet["routed"] == [1, 0, 0] and res.summary["requests_finished"] == 1
+    assert [s["engine_steps"] for s in fleet["per_replica"]] == [3, 0, 0]
+    assert fleet["imbalance"]["requests_max_over_mean"] == pytest.approx(3.0)
+    assert res.summary["duration_s"] == pytest.approx(3 * C)
+
+
 def test_fleet_config_names_the_flag():
     with pytest.raises(ValueError, match="--replicas"):
         FleetConfig(0)
     with pytest.raises(ValueError, match="--router"):
         FleetConfig(2, "random")
     assert np.isclose(FleetConfig().balance_rel, 1.5)
+    assert FleetConfig(np.int64(3)).replicas == 3
+    with pytest.raises(ValueError, match="--replicas"):
+        FleetConfig(2.5)

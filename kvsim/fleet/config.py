@@ -11,6 +11,7 @@ of balance; the thresholds follow SGLang's cache-aware router: `balance_abs`, `b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 ROUTERS = ("round-robin", "least-requests", "least-kv", "prefix-aware")
 
@@ -42,7 +43,7 @@ class FleetConfig:
     cache_threshold: float = CACHE_THRESHOLD
 
     def __post_init__(self) -> None:
-        if not isinstance(self.replicas, int) or self.replicas < 1:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, Integral) or self.replicas < 1:
             raise ValueError(f"--replicas must be a whole number >= 1, got {self.replicas}")
         if self.router not in ROUTERS:
             raise ValueError(f"unknown --router {self.router!r}; known: {', '.join(ROUTERS)}")
