@@ -82,8 +82,10 @@ def simulate_fleet(trace: Trace, cfg: SimConfig, fleet: FleetConfig, progress: C
             "arrival_s": np.asarray(trace.arrival_s)}
     kv_bytes = cfg.deployment.kv_bytes_per_token()
     capacity, block_size = parts.capacity_tokens, parts.block_size
-    per_replica = [replica_summary(base, rep, capacity, block_size, wall, kv_bytes, cfg) for rep in replicas]
-    columns = merged_columns(base, replicas)
+    own = [rep.sched.request_columns() for rep in replicas]
+    per_replica = [replica_summary(base, rep, cols, capacity, block_size, wall, kv_bytes, cfg)
+                   for rep, cols in zip(replicas, own)]
+    columns = merged_columns(base, replicas, own)
     summary = fleet_summary(columns, replicas, capacity, block_size, wall, kv_bytes, cfg)
     router = router_box[0]
     summary["fleet"] = {"replicas": fleet.replicas, "router": fleet.router,

@@ -61,15 +61,15 @@ def engine_extras(summary: dict, scheds, steppers, kv_bytes_per_token: int, cfg,
                        "copied_slots": sum(s.beam_copied_slots for s in scheds)}
 
 
-def merged_columns(base: dict[str, np.ndarray], replicas) -> dict[str, np.ndarray]:
-    """Per-request columns over the whole trace, each request's row from the replica that served it,
-    plus `replica` (its index)."""
+def merged_columns(base: dict[str, np.ndarray], replicas, columns: list[dict]) -> dict[str, np.ndarray]:
+    """Per-request columns over the whole trace, each request's row from the replica that served it
+    (`columns[r]`: replica r's scheduler's columns), plus `replica` (its index)."""
     out = dict(base)
     which = np.zeros(len(base["id"]), np.int64)
-    for r, rep in enumerate(replicas):
-        cols, rows = rep.sched.request_columns(), np.asarray(rep.routed, np.int64)
+    for r, (rep, cols) in enumerate(zip(replicas, columns)):
+        rows = np.asarray(rep.routed, np.int64)
         if r == 0:
-            out.update(cols)
+            out.update({name: col.copy() for name, col in cols.items()})
         else:
             for name, col in cols.items():
                 out[name][rows] = col[rows]
@@ -78,11 +78,11 @@ def merged_columns(base: dict[str, np.ndarray], replicas) -> dict[str, np.ndarra
     return out
 
 
-def replica_summary(base: dict[str, np.ndarray], rep, capacity: int, block_size: int, wall: float,
+def replica_summary(base: dict[str, np.ndarray], rep, columns: dict, capacity: int, block_size: int, wall: float,
                     kv_bytes_per_token: int, cfg) -> dict:
-    """The usual summary of one replica, over the requests routed to it."""
+    """The usual summary of one replica, over the requests routed to it (`columns`: its scheduler's)."""
     rows = np.asarray(rep.routed, np.int64)
-    cols = {name: col[rows] for name, col in {**base, **rep.sched.request_columns()}.items()}
+    cols = {name: col[rows] for name, col in {**base, **columns}.items()}
     summary = summarize(cols, rep.log, rep.sched, capacity, block_size, capacity // block_size, wall)
     engine_extras(summary, [rep.sched], [rep.stepper], kv_bytes_per_token, cfg, block_size)
     return summary
