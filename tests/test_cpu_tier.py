@@ -83,4 +83,4 @@ def test_cpu_tier_size_in_blocks_and_the_host_memory_bound():
         cpu_tier_blocks(_config(240.0), 16)                    # > 2 TB / 8 GPUs = 232.8 GiB
     assert cpu_tier_blocks(_config(400.0, tp=2), 16) > 0      # two GPUs' share holds it
     with pytest.raises(ValueError, match="--cpu-kv-gib"):
-        CacheConfig(cpu_kv_gib=1.0)                            # no prefix caching: nothing to keep
+        CacheConfig(cpu_kv_gib=1.0, prefix_caching=False)      # no prefix caching: nothing to keep

@@ -16,7 +16,8 @@ TRACE = "traces/mooncake_conversation_excerpt.jsonl"
     (["--replicas", "2", "--router", "random"], "--router"),
     (["--replicas", "2", "--router-cache-threshold", "1.5"], "--router-cache-threshold"),
     (["--prefix-caching", "--cpu-kv-gib", "5000"], "--cpu-kv-gib"),
-    (["--cpu-kv-gib", "4"], "--cpu-kv-gib"),
+    (["--no-prefix-caching", "--cpu-kv-gib", "4"], "--cpu-kv-gib"),
+    (["--engine-profile", "vllm-2023", "--cpu-kv-gib", "4"], "--cpu-kv-gib"),    # its default: no caching
     (["--prefix-caching", "--cpu-kv-gib", "-1"], "--cpu-kv-gib"),
 ])
 def test_bad_fleet_flags_are_one_line_naming_the_flag(args, flag):

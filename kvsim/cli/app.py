@@ -20,6 +20,7 @@ from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.cli.fleet import BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
 app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
@@ -80,8 +81,9 @@ ProfileOpt = typer.Option("vllm-v1", "--engine-profile", help="Serving engine si
                           "`kvsim calibrate-engine`.")
 PreemptOpt = typer.Option(Preemption.recompute, "--preemption", help="How to evict when memory runs out.")
 SwapOpt = typer.Option(4.0, "--swap-gib", "--swap-space", min=0.0, help="CPU swap space per GPU, GiB.")
-PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching",
-                         help="Reuse cached prompt blocks.")
+PrefixOpt = typer.Option(None, "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching",
+                         help="Reuse cached prompt blocks (default: the engine profile's; on for vllm-v1 with "
+                         "the paged allocators, as vLLM V1; --no-enable-prefix-caching turns it off).")
 KvDtypeOpt = typer.Option("auto", "--kv-cache-dtype", help="KV cache element type: auto (the model's), "
                           "fp16, bf16 or fp8.")
 CalOpt = typer.Option(None, "--calibration", help="Calibration JSON from `kvsim harness calibrate`.")
@@ -98,6 +100,9 @@ MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
            max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
            force_calibration, seed, kv_cache_dtype="auto", max_model_len=None, engine_profile="vllm-v1"):
+    """The run's SimConfig from the command's flags and the vLLM flags it does not declare itself
+    (`kvsim.cli.vllm_args`: --dtype, --quantization, --enforce-eager, ...)."""
+    from kvsim.cli.vllm_args import vllm_extras
     from kvsim.cost.calibration import load_calibration
     from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
     from kvsim.cost.profiles import get_profile
@@ -107,15 +112,20 @@ def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block
     spec = load_hf_config(model_config) if model_config else get_model(model)
     spec = spec.with_kv_cache_dtype(kv_cache_dtype).with_max_model_len(max_model_len)
     cal = load_calibration(calibration, force=force_calibration) if calibration else None
-    return SimConfig(
+    cfg = SimConfig(
         deployment=Deployment(spec, get_gpu(gpu), tp),
         cache=CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
                           gpu_mem_util=gpu_mem_util, swap_gib=swap_gib, prefix_caching=prefix_caching),
         scheduler=SchedulerConfig(max_num_seqs, max_batched_tokens, chunked_prefill, preemption.value),
         calibration=cal, seed=seed, engine_profile=get_profile(engine_profile))
+    extra, _ = vllm_extras()
+    if extra:
+        from kvsim.planning.runs import make_config
+        cfg = make_config(cfg, **extra)
+    return cfg
 
 
-@app.command()
+@app.command(cls=VllmCommand)
 def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
         gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
         num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
@@ -125,7 +135,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         placement: Placement = typer.Option(Placement.buddy, "--placement", help="Contiguous placement."),
         block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
         chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
-        prefix_caching: bool = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
+        prefix_caching: Optional[bool] = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
         max_model_len: Optional[int] = MaxLenOpt, engine_profile: str = ProfileOpt,
         calibration: Optional[Path] = CalOpt,
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
@@ -152,15 +162,15 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
-    from kvsim.cli.fleet import fleet_config, print_fleet
+    from kvsim.cli.fleet import fleet_config, print_fleet, run_fleet
+    from kvsim.planning.ledger import json_summary
+    from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
     from kvsim.trace.formats import load_trace
 
     steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
-        fleet = fleet_config(replicas, router, router_balance_abs, router_balance_rel, router_cache_threshold)
-        if out is not None and replicas > 1:
-            raise ValueError("--out: a fleet run (--replicas > 1) writes its summary with --json only")
+        fleet = fleet_config(replicas, router, router_balance_abs, router_balance_rel, router_cache_threshold, out)
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -178,8 +188,9 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         cfg.resolved()                                   # flags that contradict the profile fail here
         if not quiet:
             print_startup(cfg)
+        note_ignored(vllm_extras()[1])
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
-        if prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
+        if cfg.resolved().cache.prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
                 and not quiet:
             typer.echo(f"note: {trace}: block_hashes cover {tr.hash_block_size}-token blocks (Mooncake "
                        f"hash_ids); each splits into {block_size}-token blocks", err=True)
@@ -187,11 +198,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
-            if replicas > 1:
-                from kvsim.fleet.sim import simulate_fleet
-                result = simulate_fleet(tr, cfg, fleet, progress)
-            else:
-                result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
+            result = (run_fleet(tr, cfg, fleet, progress) if replicas > 1 else
+                      simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv))
     except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
@@ -199,6 +207,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             raise
         error(str(exc))
     warn_swap_fallbacks(result.summary, cfg.cache.swap_gib)
+    result.summary.update(json_summary({}, cfg, vllm_extras()[1]))   # the memory ledger, in both files
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
@@ -206,8 +215,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
-        if replicas > 1:
-            print_fleet(result.summary)
+        print_fleet(result.summary)              # (a fleet's replicas and routing; nothing for one engine)
 
 
 #: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).
@@ -226,13 +234,13 @@ COMPARED_HYBRID = {
 }
 
 
-@app.command()
+@app.command(cls=VllmCommand)
 def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
             gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
             num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
             block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
             chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt,
-            swap_gib: float = SwapOpt, prefix_caching: bool = PrefixOpt,
+            swap_gib: float = SwapOpt, prefix_caching: Optional[bool] = PrefixOpt,
             kv_cache_dtype: str = KvDtypeOpt, max_model_len: Optional[int] = MaxLenOpt,
             engine_profile: str = ProfileOpt, calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
@@ -240,11 +248,13 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     """Run paged, the three contiguous reservations and static batching on TRACE, side by side (for
     models with sliding-window, chunked or Mamba layers also every layer paged as full attention and
     Jenga's allocator)."""
-    from kvsim.cli.output import Progress, error, print_comparison
+    from kvsim.cli.output import Progress, error, print_comparison, print_startup
+    from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
+    from kvsim.planning.ledger import json_summary
     from kvsim.trace.formats import load_trace
 
-    summaries = {}
+    summaries, written = {}, {}
     try:
         if json_out is not None:
             check_output_file(json_out, "--json")
@@ -252,6 +262,9 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                       max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                       prefix_caching, calibration, force_calibration, 0, kv_cache_dtype, max_model_len,
                       engine_profile)
+        if not quiet:
+            print_startup(base)
+        note_ignored(vllm_extras()[1])
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
@@ -267,12 +280,13 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet,
                           label=name) as progress:
                 summaries[name] = simulate(tr, cfg, progress, keep_steps=False).summary
+            written[name] = json_summary(summaries[name], cfg, vllm_extras()[1])
             if json_out is not None:   # partial results survive an error in a later run
-                json_out.write_text(json.dumps(summaries, indent=2))
+                json_out.write_text(json.dumps(written, indent=2))
     except ValueError as exc:
         error(str(exc))
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(summaries, indent=2))
+        write_text_atomic(json_out, json.dumps(written, indent=2))
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
                          f"{base.deployment.tp} x {base.deployment.gpu.name}")

@@ -23,10 +23,19 @@ CpuKvOpt = typer.Option(0.0, "--cpu-kv-gib", help="CPU memory per replica keepin
                         "needs --prefix-caching).")
 
 
-def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold):
-    """The `FleetConfig` of the flags (ValueError naming the flag when one is wrong)."""
+def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold, out=None):
+    """The `FleetConfig` of the flags (ValueError naming the flag when one is wrong; `out`: `--out`,
+    which a fleet run does not write)."""
     from kvsim.fleet.config import FleetConfig
+    if out is not None and replicas > 1:
+        raise ValueError("--out: a fleet run (--replicas > 1) writes its summary with --json only")
     return FleetConfig(replicas, router, balance_abs, balance_rel, cache_threshold)
+
+
+def run_fleet(trace, cfg, fleet, progress):
+    """`kvsim.fleet.sim.simulate_fleet` (imported when a fleet runs)."""
+    from kvsim.fleet.sim import simulate_fleet
+    return simulate_fleet(trace, cfg, fleet, progress)
 
 
 def print_fleet(summary: dict) -> None:
@@ -35,7 +44,9 @@ def print_fleet(summary: dict) -> None:
 
     from kvsim.cli.output import console
 
-    fleet = summary["fleet"]
+    fleet = summary.get("fleet")
+    if fleet is None:
+        return
     table = Table(title=f"{fleet['replicas']} replicas, {fleet['router']} router ({fleet['gpus']} GPUs)")
     for name in ("replica", "requests", "finished", "TTFT p99 (s)", "prefix hits", "KV used", "preemptions"):
         table.add_column(name, justify="right")

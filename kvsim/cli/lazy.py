@@ -80,8 +80,9 @@ def load(name: str):
     parent = typer.Typer(add_completion=False, rich_markup_mode=None)
     if isinstance(obj, typer.Typer):
         parent.add_typer(obj, name=name)
-    else:
-        parent.command(name)(obj)
+    else:   # commands that simulate or size take a pasted vLLM command line (kvsim.cli.vllm_args)
+        from kvsim.cli.vllm_args import VllmCommand
+        parent.command(name, cls=VllmCommand if getattr(obj, "accepts_vllm_flags", False) else None)(obj)
     command = typer.main.get_command(parent)
     return command.commands[name] if isinstance(command, TyperGroup) else command
 

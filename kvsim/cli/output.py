@@ -196,7 +196,11 @@ def print_startup(cfg) -> None:
            if profile.cpu_step_s or profile.cpu_seq_s else "no CPU time beyond the kernels' step overhead")
     blocks = f" ({capacity // block:,} blocks of {block})" if paged else " (contiguous)"
     per_request = -(-max_len // block) * block if paged else max_len
-    console.print(f"INFO engine profile {profile.name}: {policy}{chunked}, {cpu}", highlight=False)
+    prefix = ", prefix caching" if resolved.cache.prefix_caching else ""
+    console.print(f"INFO engine profile {profile.name}: {policy}{chunked}{prefix}, {cpu}", highlight=False)
+    from kvsim.planning.ledger import ledger_lines, memory_ledger
+    for line in ledger_lines(memory_ledger(cfg))[:3]:        # weights, memory split, KV memory
+        console.print(f"INFO {line}", highlight=False)
     if print_hybrid_startup(cfg, capacity):
         return
     console.print(f"INFO KV cache size: {capacity:,} tokens{blocks}, "

@@ -122,7 +122,11 @@ def capacity(
                      hybrid_kv_cache=hybrid_kv_cache,
                      model_config=str(model_config) if model_config else None)
         flags.update({k: _literal(v) for k, v in _pairs(set_flags, "--set")})
-        if gpus_for is not None and tp is None and "tp" not in dict(_pairs(set_flags, "--set")):
+        from kvsim.cli.vllm_args import note_ignored, vllm_extras
+        extra, ignored = vllm_extras()            # a pasted vLLM command line (--gpu-memory-utilization, ...)
+        flags.update(extra)
+        note_ignored(ignored)
+        if gpus_for is not None and tp is None and "tp" not in {**dict(_pairs(set_flags, "--set")), **extra}:
             flags["tp"] = _smallest_tp(flags, options)
             if flags["tp"] > 1:
                 console.print(f"note: --gpus-for: the single-replica figures below are at --tp {flags['tp']}, the "
@@ -138,7 +142,11 @@ def capacity(
         out = {"static": static.to_dict("records")}
         _print_static(console, static, lengths if isinstance(lengths, str) else trace.name)
         from kvsim.cli.output import print_hybrid_startup
+        from kvsim.planning.ledger import ledger_lines, memory_ledger
         from kvsim.planning.runs import make_config
+        out["memory"], out["vllm_flags_ignored"] = memory_ledger(make_config(**flags)), ignored
+        console.print("memory per GPU (vLLM's start-up lines):\n  " + "\n  ".join(ledger_lines(out["memory"])),
+                      highlight=False, soft_wrap=True)
         if print_hybrid_startup(make_config(**flags)):
             console.print("note: the paged row's KV tokens, blocks and concurrency at the maximum length are "
                           "vLLM's; mean slots/req, max conc. and the contiguous rows size every layer as "
@@ -240,6 +248,9 @@ def _print_gpus(console, df, rate: float) -> None:
     best = df[df.best].iloc[0]
     console.print(f"smallest: TP {best.tp} x {best.replicas:.0f} replica(s) = [bold]{best.gpus:.0f} GPUs[/]",
                   highlight=False)
+
+
+capacity.accepts_vllm_flags = True      # kvsim.cli.lazy registers it as a kvsim.cli.vllm_args.VllmCommand
 
 
 def sweep(

@@ -74,9 +74,13 @@ def _workload(trace: Optional[Path], preset: Optional[str], rate, duration, num_
 
 
 def _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags) -> dict:
+    """Run flags from the command's options, its --set pairs and the vLLM flags on its command line."""
+    from kvsim.cli.vllm_args import note_ignored, vllm_extras
     flags = {"model": model, "gpu": gpu, "tp": tp, "kv_gib": kv_gib, "num_blocks": num_blocks, "seed": seed}
     flags.update({k.replace("-", "_"): _literal(v) for k, v in _pairs(set_flags, "--set")})
-    return flags
+    extra, ignored = vllm_extras()
+    note_ignored(ignored)
+    return {**flags, **extra}
 
 
 def tune_block_size_cmd(
@@ -145,6 +149,9 @@ def _print_curve(console, res) -> None:
     console.print(res.reason, highlight=False)
 
 
+tune_block_size_cmd.accepts_vllm_flags = True    # kvsim.cli.lazy: a kvsim.cli.vllm_args.VllmCommand
+
+
 def report_cmd(
     trace: Optional[Path] = TraceArg,
     out: Path = typer.Option(..., "-o", "--out", help="Report folder to create (report.md, report.html, "
@@ -183,6 +190,9 @@ def report_cmd(
                                **_flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags))
         write_report(rep, out, force)
     typer.echo(f"wrote {out}/report.md and {out}/report.html")
+
+
+report_cmd.accepts_vllm_flags = True
 
 
 def paper_cmd(

@@ -46,7 +46,8 @@ class EngineProfile:
     prefill steps never chunk); swap_multi_sequence: preempt requests with several sequences by swap;
     cpu_step_s, cpu_seq_s: CPU seconds per step and per sequence in it (added to the kernel time);
     kernel_step_overhead: keep the cost model's fixed step overhead (`ideal` only);
-    paged_penalty: the paged decode-attention factor of the vLLM paper (`kvsim.cost.roofline`), else none."""
+    paged_penalty: the paged decode-attention factor of the vLLM paper (`kvsim.cost.roofline`), else none;
+    prefix_caching: the default of `--enable-prefix-caching` for the paged allocators (an explicit flag wins)."""
 
     name: str
     separate_prefill: bool = False
@@ -57,6 +58,7 @@ class EngineProfile:
     kernel_step_overhead: bool = False
     paged_penalty: bool = False
     source: str = ""
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         for field in ("cpu_step_s", "cpu_seq_s"):
@@ -74,12 +76,18 @@ class EngineProfile:
         return asdict(self)
 
 
+#: vLLM V1 turns prefix caching on unless told otherwise: vllm/engine/arg_utils.py (0.33)
+#: `_set_default_chunked_prefill_and_prefix_caching_args` sets `enable_prefix_caching` to
+#: `ModelConfig.is_prefix_caching_supported`, true for generative decoder models; `CacheConfig.
+#: enable_prefix_caching` defaults to True (vllm/config/cache.py). The vllm-2023 engine had it off.
+VLLM_V1_PREFIX_CACHING = True
+
 PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile("vllm-2023", separate_prefill=True, swap_multi_sequence=True,
                   cpu_step_s=VLLM_V0_CPU_STEP_S, cpu_seq_s=VLLM_V0_CPU_SEQ_S, paged_penalty=True,
                   source="Vidur a100 cpu_overheads.csv (vLLM v0), all four CPU phases"),
     EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=VLLM_V1_CPU_STEP_S,
-                  cpu_seq_s=VLLM_V1_CPU_SEQ_S,
+                  cpu_seq_s=VLLM_V1_CPU_SEQ_S, prefix_caching=VLLM_V1_PREFIX_CACHING,
                   source="Vidur a100 cpu_overheads.csv (vLLM v0), schedule + prepare inputs"),
     EngineProfile("ideal", kernel_step_overhead=True, paged_penalty=True,
                   source="kernels only (cost model's fixed step overhead)"),

@@ -60,8 +60,8 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         capacity = plan.num_blocks * block_size
         alloc = _plan_allocator(plan, cfg, capacity)
     if cache.cpu_kv_gib and (getattr(alloc, "cpu_tier", None) is None or cfg.scheduler.batching == "static"):
-        raise ValueError("--cpu-kv-gib: the CPU tier is for the paged cache of full-attention layers under "
-                         "continuous batching only")
+        raise ValueError("--cpu-kv-gib: the CPU tier keeps prefix-cache blocks: it needs prefix caching on the "
+                         "paged cache of full-attention layers, under continuous batching")
     if hasattr(alloc, "record_groups"):     # KV cache groups: per-group memory in the summary
         alloc.record_groups = True
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from kvsim.planning.runs import config_row, make_config, normalize_flag, run_flags, summary_row
+from kvsim.planning.vllm_flags import IGNORED
 from kvsim.engine.config import SimConfig
 from kvsim.fleet.config import FLEET_FLAGS, fleet_from_flags
 from kvsim.trace.table import Trace
@@ -40,7 +41,8 @@ def grid_points(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = N
     >>> grid_points({"block_size": [8, 16], "allocator": ["paged"]}, {"kv_gib": 12})
     [{'kv_gib': 12, 'block_size': 8, 'allocator': 'paged'}, {'kv_gib': 12, 'block_size': 16, 'allocator': 'paged'}]
     """
-    known = set(run_flags()) | set(WORKLOAD_KEYS) | set(FLEET_FLAGS)    # (fleet keys: kvsim/fleet/config.py)
+    known = set(run_flags()) | set(WORKLOAD_KEYS) | IGNORED | set(FLEET_FLAGS)   # (IGNORED: vLLM flags kvsim
+                                                                                 # ignores; fleet: kvsim/fleet/config.py)
     grid = {normalize_flag(k): list(v) for k, v in grid.items()}
     base = {normalize_flag(k): v for k, v in (base or {}).items()}
     if not grid:
