@@ -21,6 +21,7 @@ Hybrid models: `kv_cache_plan` (vLLM 0.33's KV cache groups and start-up figures
 `HybridStudyPlan`, `run_hybrid_study` (layouts compared per model and workload), `hybrid_report`.
 Fleets: `simulate_fleet` (replicas behind a router), `FleetConfig`, `gpus_for_fleet` (replicas x TP for a
 rate, fleets simulated).
+Disaggregation: `simulate_disagg`, `disagg_summary`, `disagg_goodput` (colocated too), `KV_LINKS`.
 Each has a docstring with an example.
 """
 
@@ -74,6 +75,10 @@ _EXPORTS = {
     "run_hybrid_study": ("kvsim.planning.hybrid_study", "run_study"),
     "hybrid_report": ("kvsim.planning.hybrid_report", "hybrid_report"),
     "kv_cache_plan": ("kvsim.engine.config", "kv_cache_plan"),
+    "simulate_disagg": ("kvsim.fleet.disagg_plan", "simulate_disagg"),
+    "disagg_goodput": ("kvsim.fleet.disagg_plan", "disagg_goodput"),
+    "disagg_summary": ("kvsim.fleet.disagg_slo", "disagg_summary"),
+    "KV_LINKS": ("kvsim.fleet.kv_link", "LINKS"),
 }
 
 __all__ = sorted([*_EXPORTS, "RUN_FLAGS"])

@@ -116,6 +116,19 @@ def test_only_the_scheduler_reaches_the_allocators():
     assert "kvsim.engine.step" not in users
 
 
+def test_fleet_sits_between_the_engine_and_planning():
+    """kvsim.fleet runs several engines: it may import the engine (and what the engine may), never the
+    allocators directly, planning or the CLI; nothing below it (trace, specs, cost, alloc, engine)
+    imports it."""
+    graph = import_graph(ROOT / "kvsim")
+    below = ("kvsim.trace", "kvsim.specs", "kvsim.cost", "kvsim.alloc", "kvsim.engine")
+    for m, deps in graph.items():
+        if m.startswith("kvsim.fleet"):
+            assert not {d for d in deps if d.startswith(("kvsim.alloc", "kvsim.planning", "kvsim.cli"))}, m
+        elif m.startswith(below):
+            assert not {d for d in deps if d.startswith("kvsim.fleet")}, m
+
+
 def test_no_torch_or_triton_in_kvsim_and_no_simpy_under_the_harness():
     graph = import_graph(ROOT / "kvsim")
     for name, path in module_names(ROOT / "kvsim").items():

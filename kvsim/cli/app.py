@@ -17,8 +17,11 @@ import typer
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
-from kvsim.cli.fleet import BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt
+from kvsim.cli.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
+                             fleet_config, print_fleet, run_one)
 from kvsim.cli.lazy import RootGroup
+from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
+                              TpotSloOpt, TtftSloOpt)
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
 from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
@@ -156,21 +159,21 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                                      "a trace's output_tokens_per_sample wins."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
-        replicas: int = ReplicasOpt, router: str = RouterOpt, router_balance_abs: int = BalanceAbsOpt,
-        router_balance_rel: float = BalanceRelOpt, router_cache_threshold: float = CacheThresholdOpt,
-        cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
+        prefill_replicas: Optional[int] = PrefillReplicasOpt, decode_replicas: Optional[int] = DecodeReplicasOpt,
+        prefill_tp: Optional[int] = PrefillTpOpt, decode_tp: Optional[int] = DecodeTpOpt,
+        kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt, tpot_slo: float = TpotSloOpt,
+        replicas: int = ReplicasOpt, router: str = RouterOpt, bal_abs: int = BalanceAbsOpt, bal_rel: float = BalanceRelOpt,
+        cache_thr: float = CacheThresholdOpt, cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
-    from kvsim.cli.fleet import fleet_config, print_fleet, run_fleet
     from kvsim.planning.ledger import json_summary
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
-    from kvsim.engine.sim import simulate
     from kvsim.trace.formats import load_trace
 
     steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
-        fleet = fleet_config(replicas, router, router_balance_abs, router_balance_rel, router_cache_threshold, out)
+        fleet = fleet_config(replicas, router, bal_abs, bal_rel, cache_thr, out)
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -179,13 +182,17 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile)
-        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
-                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache,
-                                         cpu_kv_gib=cpu_kv_gib),
+        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value, cpu_kv_gib=cpu_kv_gib,
+                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
+        if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.disagg
+            from kvsim.cli.disagg import run_disaggregated
+            return run_disaggregated(cfg, trace, lambda: load_trace(trace, trace_format), max_requests,
+                                     prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link,
+                                     ttft_slo, tpot_slo, json_out, quiet, out)
         if not quiet:
             print_startup(cfg)
         note_ignored(vllm_extras()[1])
@@ -198,8 +205,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
-            result = (run_fleet(tr, cfg, fleet, progress) if replicas > 1 else
-                      simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv))
+            result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.fleet)
     except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
@@ -211,7 +217,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(result.summary, indent=2))
+        write_text_atomic(json_out, json.dumps(result.summary, indent=2), "--json")
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
@@ -281,12 +287,10 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                           label=name) as progress:
                 summaries[name] = simulate(tr, cfg, progress, keep_steps=False).summary
             written[name] = json_summary(summaries[name], cfg, vllm_extras()[1])
-            if json_out is not None:   # partial results survive an error in a later run
-                json_out.write_text(json.dumps(written, indent=2))
     except ValueError as exc:
         error(str(exc))
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(written, indent=2))
+        write_text_atomic(json_out, json.dumps(written, indent=2), "--json")   # whole, at the end
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
                          f"{base.deployment.tp} x {base.deployment.gpu.name}")

@@ -32,8 +32,12 @@ def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold, ou
     return FleetConfig(replicas, router, balance_abs, balance_rel, cache_threshold)
 
 
-def run_fleet(trace, cfg, fleet, progress):
-    """`kvsim.fleet.sim.simulate_fleet` (imported when a fleet runs)."""
+def run_one(trace, cfg, fleet, progress, steps_csv):
+    """`kvsim run`'s simulation: one engine (`kvsim.engine.sim.simulate`, its steps streamed to
+    `steps_csv`), or for more than one replica the fleet (`kvsim.fleet.sim.simulate_fleet`)."""
+    if fleet.replicas == 1:
+        from kvsim.engine.sim import simulate
+        return simulate(trace, cfg, progress, keep_steps=False, step_sink=steps_csv)
     from kvsim.fleet.sim import simulate_fleet
     return simulate_fleet(trace, cfg, fleet, progress)
 

@@ -37,7 +37,7 @@ LAZY: dict[str, LazyCommand] = {
         "How much fits: KV cache size (tokens, blocks) and concurrency per allocator; with --slo the highest "
         "rate (req/s) meeting it, its latency-against-rate curve and what limits it; with --gpus-for the GPUs."),
     "sweep": LazyCommand(
-        "kvsim.cli.plan:sweep",
+        "kvsim.cli.sweep:sweep",
         "Run a grid of configurations on TRACE or a --preset: one row per run (every config field and "
         "summary metric; failed runs with their error) in Parquet and CSV, written as runs finish."),
     "tune-block-size": LazyCommand(

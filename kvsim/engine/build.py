@@ -32,10 +32,11 @@ class RunParts:
     profile: EngineProfile | None = None
 
 
-def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
+def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) -> RunParts:
     """Allocator, scheduler and cost model for `trace` under `cfg` (nothing has run yet). The engine
     profile sets the scheduler's policy (`SimConfig.resolved`) and the cost model's paged penalty
-    and fixed step overhead; its CPU time per step is added by the stepper (`RunParts.profile`)."""
+    and fixed step overhead; its CPU time per step is added by the stepper (`RunParts.profile`).
+    `scheduler_kind`: a `Scheduler` subclass to build instead (the disaggregated instances')."""
     cfg = cfg.resolved()
     profile = cfg.engine_profile
     dep, cache = cfg.deployment, cfg.cache
@@ -73,6 +74,7 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         def block_ids(i: int) -> list[int]:
             return trace.prompt_block_ids(i, page)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
+    kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
     cost = CostModel(dep, page, penalty, cfg.calibration,

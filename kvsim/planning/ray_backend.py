@@ -14,6 +14,18 @@ from kvsim.trace.table import Trace
 CONNECT_TIMEOUT_S = 5.0
 
 
+#: What to run when Ray is missing.
+INSTALL_HINT = "pip install 'kvsim[dist]'"
+
+
+def check_ray() -> None:
+    """ValueError unless Ray can be imported (checked before a sweep writes anything)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+
+
 def check_address(address: str) -> None:
     """ValueError unless `address` ("host:port" or "ray://host:port"; "auto" is left to Ray) answers."""
     if address == "auto":
@@ -36,10 +48,8 @@ def run_ray(run_point: Callable[[dict, Trace | None], dict], points: list[dict],
     finishes."""
     if not points:
         return
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("--ray needs Ray: pip install 'kvsim[dist]'") from None
+    check_ray()
+    import ray
     if address:
         check_address(address)
     started = not ray.is_initialized()

@@ -45,6 +45,17 @@ def run_flags() -> tuple[str, ...]:
     return tuple(DEPLOYMENT_FLAGS) + tuple(_section_fields())
 
 
+#: The types of the deployment flags (the others' come from their dataclass fields).
+DEPLOYMENT_FLAG_TYPES = {"model": "str", "model_config": "str | None", "gpu": "str", "tp": "int",
+                         "kv_cache_dtype": "str", "max_model_len": "int | None",
+                         "calibration": "str | None", "force_calibration": "bool"}
+
+
+def flag_types() -> dict[str, str]:
+    """Every run flag -> its type as written in the code ('int', 'float | None', 'str', ...)."""
+    return {**DEPLOYMENT_FLAG_TYPES, **{k: a for k, (_, a) in _section_fields().items()}}
+
+
 def _parse(flag: str, value: Any, annotation: str) -> Any:
     """`value` as the field's type; strings (from the command line) are converted."""
     if not isinstance(value, str):
