@@ -176,3 +176,14 @@ def _walk_unguarded(node: ast.AST):
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
+
+
+def test_the_fleet_reaches_replicas_only_through_their_schedulers():
+    """kvsim.fleet (replicas, router, disaggregation) sits on the engine: it builds each replica with
+    `kvsim.engine.build` and asks its scheduler; it never imports kvsim.alloc, and nothing below
+    planning/cli (and `kvsim` itself) imports it."""
+    graph = import_graph(ROOT / "kvsim")
+    fleet = {m for m in graph if m == "kvsim.fleet" or m.startswith("kvsim.fleet.")}
+    assert not {d for m in fleet for d in graph[m] if d == "kvsim.alloc" or d.startswith("kvsim.alloc.")}
+    users = {m for m, deps in graph.items() if m not in fleet and deps & fleet}
+    assert all(m == "kvsim" or m.startswith(("kvsim.planning", "kvsim.cli")) for m in users), users

@@ -17,6 +17,8 @@ import typer
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
+from kvsim.cli.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
+                             fleet_config, print_fleet, run_one)
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
@@ -160,17 +162,18 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         prefill_replicas: Optional[int] = PrefillReplicasOpt, decode_replicas: Optional[int] = DecodeReplicasOpt,
         prefill_tp: Optional[int] = PrefillTpOpt, decode_tp: Optional[int] = DecodeTpOpt,
         kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt, tpot_slo: float = TpotSloOpt,
-        quiet: bool = QuietOpt) -> None:
+        replicas: int = ReplicasOpt, router: str = RouterOpt, bal_abs: int = BalanceAbsOpt, bal_rel: float = BalanceRelOpt,
+        cache_thr: float = CacheThresholdOpt, cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
     from kvsim.planning.ledger import json_summary
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
-    from kvsim.engine.sim import simulate
     from kvsim.trace.formats import load_trace
 
     steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
+        fleet = fleet_config(replicas, router, bal_abs, bal_rel, cache_thr, out)
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -179,7 +182,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile)
-        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
+        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value, cpu_kv_gib=cpu_kv_gib,
                                          placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
@@ -202,7 +205,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
-            result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
+            result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.fleet)
     except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
@@ -218,6 +221,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+        print_fleet(result.summary)              # (a fleet's replicas and routing; nothing for one engine)
 
 
 #: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).

@@ -86,6 +86,9 @@ def capacity(
     gpus_for: Optional[float] = typer.Option(None, "--gpus-for", metavar="RATE", help="Requests per second "
                                              "to serve: adds the smallest TP degree and replicas (needs --slo)."),
     tp_options: str = typer.Option("1,2,4,8", "--tp-options", help="TP degrees tried by --gpus-for."),
+    router: Optional[str] = typer.Option(None, "--router", help="With --gpus-for: search replicas x TP by "
+                                         "simulating the whole fleet behind this router (round-robin, "
+                                         "least-requests, least-kv, prefix-aware) instead of dividing."),
     duration: float = typer.Option(600.0, "--duration", help="Seconds of Poisson arrivals per rate tried "
                                    "(--preset)."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the synthetic traces."),
@@ -109,6 +112,8 @@ def capacity(
             raise ValueError("give a TRACE or --preset, not both")
         if gpus_for is not None and not slo and not disagg:
             raise ValueError("--gpus-for needs at least one --slo")
+        if router is not None and gpus_for is None:
+            raise ValueError("--router sizes a fleet: give --gpus-for RATE (and --slo)")
         from kvsim.cli import bounds
         from kvsim.files import check_output_file
         if json_out is not None:
@@ -162,7 +167,15 @@ def capacity(
             _print_rate(console, res)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
                            "curve": res.curve.to_dict("records")}
-        if gpus_for is not None:
+        if gpus_for is not None and router is not None:      # fleets simulated (kvsim/planning/fleet_capacity.py)
+            from kvsim.cli.fleet import print_fleet_gpus
+            from kvsim.planning.fleet_capacity import gpus_for_fleet
+            gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
+            df = gpus_for_fleet(gpus_for, slo_limits, router=router, tp_options=options, trace=tr,
+                                preset=preset or "sharegpt", duration_s=duration, seed=seed, **gflags)
+            print_fleet_gpus(console, df, gpus_for)
+            out["gpus"] = df.to_dict("records")
+        elif gpus_for is not None:
             gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
             df = rt.gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
                                   preset=preset or "sharegpt", duration_s=duration, seed=seed,

@@ -68,6 +68,8 @@ class CacheConfig:
     swap_gib: float = 4.0           # CPU swap space per GPU, GiB (vLLM's default)
     hybrid_kv_cache: bool | None = None   # vLLM's hybrid KV cache manager: None its default, False
                                           # --disable-hybrid-kv-cache-manager (every layer full attention)
+    cpu_kv_gib: float = 0.0         # CPU tier of the prefix cache, GiB for the whole deployment
+                                    # (vLLM's --kv-offloading-size; kvsim/alloc/cpu_tier.py)
 
     def __post_init__(self) -> None:
         if self.allocator not in (*ALLOCATORS, "jenga"):
@@ -79,6 +81,11 @@ class CacheConfig:
             raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
         if not 0 <= self.swap_gib < float("inf"):
             raise ValueError(f"--swap-gib must be a finite number >= 0, got {self.swap_gib}")
+        if not 0 <= self.cpu_kv_gib < float("inf"):
+            raise ValueError(f"--cpu-kv-gib must be a finite number >= 0, got {self.cpu_kv_gib}")
+        if self.cpu_kv_gib and (self.prefix_caching is False or self.allocator != "paged"):
+            raise ValueError("--cpu-kv-gib keeps blocks the prefix cache evicts: it needs --prefix-caching "
+                             "and the paged allocator")
 
 
 @dataclass(frozen=True, slots=True)

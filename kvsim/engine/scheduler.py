@@ -197,6 +197,7 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         single-sequence request takes only its first chunk's blocks now."""
         alloc, cfg = self.alloc, self.cfg
         can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
+        take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
         plan.limited_by = _BUDGET           # what stops admission while requests wait
         if self._lazy:
             return self._admit_lazy(plan, budget, now, _SEQS, _KV)
@@ -223,6 +224,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
                 plan.limited_by = _KV       # (hybrid: the first chunk's blocks, hits counted, must fit too)
                 break
             cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
+            loaded = take_loaded() if take_loaded is not None else 0    # CPU tier -> GPU over PCIe
+            plan.swap_tokens += loaded
             if len(seqs) > 1 and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
                 plan.limited_by = _KV
                 break
@@ -234,10 +237,19 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
                 self.prefix_hit_tokens += cached
+                self.cpu_hit_tokens += loaded
                 self.admitted_prompt_tokens += self.prompt[i]
             self.running.append(i)
             self.running_seqs += self.n[i]
             budget -= self._prefill_chunk(i, plan, budget)
+
+    def cpu_tier_counts(self) -> dict | None:
+        """The CPU tier's blocks (capacity, stored, dropped, loaded), or None without one."""
+        tier = getattr(self.alloc, "cpu_tier", None)
+        if tier is None:
+            return None
+        return {"capacity_blocks": tier.capacity_blocks, "stored_blocks": tier.stored,
+                "dropped_blocks": tier.dropped, "loaded_blocks": tier.loaded}
 
     def _batch_fits(self, i: int) -> bool:
         """Whether request `i` may join the batch besides fitting now (continuous batching: always;

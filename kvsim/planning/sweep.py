@@ -29,6 +29,7 @@ from kvsim.planning.pool import run_pool
 from kvsim.planning.runs import config_row, make_config, summary_row
 from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS, check_workload, grid_points, run_id
 from kvsim.planning.sweep_store import CSV_FILE, PARQUET_FILE, ROWS_FILE
+from kvsim.fleet.config import FLEET_FLAGS, fleet_from_flags
 from kvsim.trace.table import Trace
 
 
@@ -82,20 +83,21 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
               config: SimConfig | None = None) -> dict[str, Any]:
     """One grid point -> one row; any error is caught and recorded in the row (`status="error"`).
     The point's run flags apply over `config` when given."""
-    from kvsim.engine.sim import simulate
+    from kvsim.fleet.sim import run_summary
 
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
     try:
-        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS}
+        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS
+                 and k not in FLEET_FLAGS}
         cfg = make_config(config, **flags)
         tr = workload(point, trace)
         if point.get("prefill_replicas") is not None or point.get("decode_replicas") is not None:
             from kvsim.fleet.disagg_plan import disagg_row
             row.update({**config_row(cfg), **point, **disagg_row(tr, cfg, point)})
         else:
-            result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
-            row.update({**config_row(cfg), **point, **summary_row(result.summary)})
+            summary = run_summary(tr, cfg, fleet_from_flags(point))    # a row needs the summary only
+            row.update({**config_row(cfg), **point, **summary_row(summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")

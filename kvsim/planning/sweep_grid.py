@@ -63,6 +63,17 @@ DISAGG_KEYS: dict[str, GridKey] = {
 }
 
 
+#: Grid keys of a fleet (`kvsim.fleet.config.FLEET_FLAGS`; a point with any of them runs replicas
+#: behind a router); `cpu_kv_gib` is a run flag.
+FLEET_KEYS: dict[str, GridKey] = {
+    "replicas": GridKey("int", positive=True),
+    "router": GridKey("str"),
+    "router_balance_abs": GridKey("int"),
+    "router_balance_rel": GridKey("float", positive=True),
+    "router_cache_threshold": GridKey("float"),
+}
+
+
 def grid_keys() -> dict[str, GridKey]:
     """Every key a grid (or `base`) may hold, with its type: the run flags, then the workload keys."""
     keys = {}
@@ -71,7 +82,7 @@ def grid_keys() -> dict[str, GridKey]:
         keys[flag] = GridKey("path" if flag in ("model_config", "calibration") else kind,
                              optional="None" in annotation)
     ignored = {name: GridKey("str", optional=True) for name in IGNORED}   # vLLM flags kvsim ignores: accepted
-    return {**ignored, **keys, **WORKLOAD_KEYS, **DISAGG_KEYS}
+    return {**ignored, **keys, **WORKLOAD_KEYS, **DISAGG_KEYS, **FLEET_KEYS}
 
 
 def coerce(key: str, value: Any, spec: GridKey) -> Any:
