@@ -8,6 +8,7 @@ names its source, and docs/cost-model.md states how far the model is from real p
 from __future__ import annotations
 
 from kvsim.cost.calibration import Calibration
+from kvsim.cost.kernels import KERNELS
 from kvsim.cost.layer_kinds import CappedAttention, CappedGroup
 from kvsim.specs import Deployment, ModelSpec
 
@@ -48,11 +49,10 @@ DECODE_ATTN_FIXED_S = 8.0e-6      # per layer, one launch (anchor: batch 1 at 32
 DECODE_ATTN_PER_SEQ_S = 1.0e-6    # per sequence per layer (at 32 tokens: batch 1 -> 86, 9 -> 128 us)
 
 #: Paged/contiguous decode attention time is PAGED_OVERHEAD_FLOOR + PAGED_OVERHEAD_BLOCK / block_size:
-#: 1.23 at block 16 (vLLM paper, Kwon et al. SOSP'23, Sec. 7.1: the PagedAttention kernel is 20-26 %
-#: slower than FasterTransformer's), flat from 16 to 128 (1.18 at 128) and much slower for tiny blocks
-#: (2.17 at block 1), the shape of the paper's block-size study (Fig. 18).
-PAGED_OVERHEAD_FLOOR = 1.17
-PAGED_OVERHEAD_BLOCK = 1.0
+#: the 2023 PagedAttention kernel's curve (`kvsim.cost.kernels`, family "vllm-v0-paged": 1.23 at block 16
+#: from the vLLM paper's Sec. 7.1 kernel microbenchmark; the 1/b slope is assumed, see there).
+PAGED_OVERHEAD_FLOOR = KERNELS["vllm-v0-paged"].floor
+PAGED_OVERHEAD_BLOCK = KERNELS["vllm-v0-paged"].per_block
 
 #: KV write (reshape-and-cache): fixed time per layer and fraction of HBM bandwidth for scattered rows
 #: (the order of the example in docs/calibration-format.md: 2.5e12 of an H200's 4.8e12 bytes/s).
