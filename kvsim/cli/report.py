@@ -32,6 +32,8 @@ BookkeepingOpt = typer.Option(None, "--bookkeeping", help="kvsim-bookkeeping/1 J
                               "block-table and allocation costs (default: named constants).")
 MeasureOpt = typer.Option(False, "--measure-bookkeeping", help="Time block allocation and table building "
                           "on this machine's CPU first and use that.")
+TuneBlockSizesOpt = typer.Option(None, "--block-sizes", help="Block sizes to sweep, tokens (comma-separated; "
+                                 "default: the sizes the engine profile's attention kernel runs).")
 WorkersOpt = typer.Option(None, "--workers", min=1, help="Runs at once (processes; default: all cores).")
 ForceOpt = typer.Option(False, "--force", help="Replace the output folder if it exists.")
 
@@ -84,7 +86,7 @@ def tune_block_size_cmd(
     duration: float = DurationOpt, num_requests: Optional[int] = NumRequestsOpt, model: str = ModelOpt,
     gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
     num_blocks: Optional[int] = NumBlocksOpt, set_flags: List[str] = SetOpt, seed: int = SeedOpt,
-    block_sizes: str = BlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
+    block_sizes: Optional[str] = TuneBlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
     measure_bookkeeping: bool = MeasureOpt, workers: Optional[int] = WorkersOpt,
     report: Optional[Path] = typer.Option(None, "--report", help="Also write a report folder here."),
     force: bool = ForceOpt,
@@ -97,8 +99,8 @@ def tune_block_size_cmd(
     from kvsim.planning.report import check_out_dir
 
     with _user_errors():
-        sizes = _ints(block_sizes, "--block-sizes")
-        if not sizes:
+        sizes = None if block_sizes is None else _ints(block_sizes, "--block-sizes")
+        if sizes is not None and not sizes:
             raise ValueError("--block-sizes: give at least one block size")
         if report is not None:
             check_out_dir(report, force)
@@ -110,10 +112,13 @@ def tune_block_size_cmd(
         from kvsim.planning.tune import tune_block_size
         res = tune_block_size(tr, block_sizes=sizes, bookkeeping=bk, workers=workers or os.cpu_count(),
                               **flags)
+        for warning in res.warnings:
+            typer.echo(f"warning: {warning}", err=True)
         _print_curve(console, res)
         if json_out is not None:
             tmp = json_out.with_name(f".{json_out.name}.tmp")
             tmp.write_text(json.dumps({"recommended": res.recommended, "good_range": res.good_range,
+                                       "warnings": list(res.warnings),
                                        "reason": res.reason, "workload": res.workload,
                                        "curve": res.curve.to_dict("records")}, indent=2) + "\n")
             os.replace(tmp, json_out)

@@ -12,6 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+#: The tuner's default grid stops here (tokens): the vLLM paper's study stops at 256 too, and larger pages
+#: waste most of a short request's memory; the tuner says so when its best size is at the edge.
+TUNER_MAX_BLOCK = 256
+
+
 @dataclass(frozen=True, slots=True)
 class KernelFamily:
     """One paged-attention kernel: factor(b) = floor + per_block / b for the block sizes it accepts.
@@ -45,11 +50,12 @@ class KernelFamily:
         return block_size in self.block_sizes
 
     def candidates(self) -> tuple[int, ...]:
-        """The block sizes the kernel runs, as a tuner grid (multiples: powers of two times the base)."""
+        """The block sizes the kernel runs, as a tuner grid (multiples: powers of two times the base, up
+        to TUNER_MAX_BLOCK)."""
         if not self.multiple_of:
             return self.block_sizes
         out, b = [], self.multiple_of
-        while b <= self.max_block:
+        while b <= min(self.max_block, TUNER_MAX_BLOCK):
             out.append(b)
             b *= 2
         return tuple(out)

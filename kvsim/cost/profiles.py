@@ -65,7 +65,10 @@ class EngineProfile:
     kernel_step_overhead: keep the cost model's fixed step overhead (`ideal` only);
     paged_penalty: the paged decode-attention factor of the vLLM paper (`kvsim.cost.roofline`), else none;
     kernel: the paged-attention kernel family it runs (`kvsim.cost.kernels`: its accepted block sizes and
-    cost curve); variant: the CPU-time variant ("low", "central", "high"; "" for none)."""
+    cost curve); variant: the CPU-time variant ("low", "central", "high"; "" for none); block_table: how
+    the engine builds block tables each step, "padded-longest" (vLLM v0: every table rebuilt, padded to
+    the batch's longest sequence; worker `_prepare_inputs`) or "persistent" (V1: new blocks appended to a
+    persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py)."""
 
     name: str
     separate_prefill: bool = False
@@ -78,6 +81,7 @@ class EngineProfile:
     source: str = ""
     kernel: str = "vllm-v0-paged"
     variant: str = ""
+    block_table: str = "padded-longest"
 
     def __post_init__(self) -> None:
         for field in ("cpu_step_s", "cpu_seq_s"):
@@ -87,6 +91,8 @@ class EngineProfile:
         if self.separate_prefill and self.chunked_prefill:
             raise ValueError(f"engine profile {self.name!r}: separate prefill steps do not chunk prompts")
         get_kernel(self.kernel)
+        if self.block_table not in ("padded-longest", "persistent"):
+            raise ValueError(f"engine profile {self.name!r}: block_table must be padded-longest or persistent")
 
     def cpu_seconds(self, num_seqs: int) -> float:
         """CPU time of a step that runs `num_seqs` sequences (prefilling and decoding), seconds."""
@@ -102,7 +108,7 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
                   source=CPU_VARIANTS["vllm-2023"]["central"][2], kernel="vllm-v0-paged", variant="central"),
     EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=VLLM_V1_CPU_STEP_S,
                   cpu_seq_s=VLLM_V1_CPU_SEQ_S, source=CPU_VARIANTS["vllm-v1"]["central"][2],
-                  kernel="flash-attn", variant="central"),
+                  kernel="flash-attn", variant="central", block_table="persistent"),
     EngineProfile("ideal", kernel_step_overhead=True, paged_penalty=True,
                   source="kernels only (cost model's fixed step overhead)", kernel="vllm-v0-paged"),
 )}
