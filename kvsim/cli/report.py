@@ -194,6 +194,8 @@ def paper_cmd(
     out: Path = typer.Option(Path("reports/vllm-paper"), "-o", "--out", help="Report folder."),
     quick: bool = typer.Option(False, "--quick", help="OPT-13B only, 30 s traces, 2 rates, 3 block sizes "
                                "(seconds; for tests)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Trace length per run, seconds "
+                                             "(default: one hour, as the paper; 30 with --quick)."),
     workers: Optional[int] = WorkersOpt, force: bool = ForceOpt,
 ) -> None:
     """The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate
@@ -203,9 +205,15 @@ def paper_cmd(
 
     with _user_errors():
         check_out_dir(out, force)
+        from dataclasses import replace as _replace
         from kvsim.planning.paper import FULL, QUICK, run_paper
         from kvsim.planning.paper_report import paper_report
-        res = run_paper(QUICK if quick else FULL, workers=workers or os.cpu_count())
+        plan = QUICK if quick else FULL
+        if duration is not None:
+            if not duration > 0:
+                raise ValueError(f"--duration: must be > 0 seconds, got {duration}")
+            plan = _replace(plan, duration_s=duration)
+        res = run_paper(plan, workers=workers or os.cpu_count())
         write_report(paper_report(res), out, force)
     typer.echo(f"wrote {out}/report.md and {out}/report.html ({res.wall_s:.0f} s of runs)")
 
