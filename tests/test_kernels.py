@@ -77,3 +77,16 @@ def test_grid_edge_is_said():
     assert "runs no smaller power of two" in _edge_note(16, [16, 64, 256], fa)
     assert _edge_note(64, [16, 64, 256], fa) == ""
     assert "runs no larger" in _edge_note(32, [8, 16, 32], KERNELS["vllm-v0-paged"])
+
+
+def test_tuner_states_the_basis_of_its_costs_and_the_cpu_variants():
+    tr = kvsim.generate_trace("alpaca", rate_rps=5, num_requests=30, seed=0)
+    r = tune_block_size(tr, model="opt-13b", kv_gib=1, engine_profile="vllm-2023")
+    assert set(r.workload["recommended_by_cpu_variant"]) == {"central", "low", "high"}
+    assert r.workload["recommended_by_cpu_variant"]["central"] == r.recommended
+    assert "Costs: paged kernel published level, assumed slope" in r.reason
+    assert "bookkeeping assumed (stored defaults)" in r.reason and "Across CPU-time variants: central" in r.reason
+    picks = set(r.workload["recommended_by_cpu_variant"].values())
+    assert ("is a range" in r.reason) == (len(picks) > 1)
+    off = tune_block_size(tr, model="opt-13b", kv_gib=1, engine_profile="ideal")
+    assert "Across CPU-time variants" not in off.reason and "CPU time none" in off.reason

@@ -31,6 +31,7 @@ import pandas as pd
 
 from kvsim.engine.config import SimConfig, kv_cache_plan
 from kvsim.cost.kernels import get_kernel
+from kvsim.cost.profiles import CPU_VARIANTS, VARIANTS
 from kvsim.cost.roofline import CostModel
 from kvsim.planning.bookkeeping import Bookkeeping
 from kvsim.planning.runs import make_config
@@ -157,11 +158,12 @@ def _row(trace: Trace, cfg: SimConfig, bs: int, sat: SimResult, live: dict, bk: 
 
 
 def tune_block_size(trace: Trace | str, *, block_sizes=None, bookkeeping: Bookkeeping | None = None,
-                    workers: int | None = 1, **flags) -> TuneResult:
+                    workers: int | None = 1, cpu_variants: bool = True, **flags) -> TuneResult:
     """Sweep `block_sizes` (tokens; default: the sizes the profile's kernel runs) for `trace` (a Trace or
     a trace file) with the paged allocator on the deployment given by run `flags` (as
     `kvsim.make_config`: model, gpu, tp, kv_gib, engine_profile, ...) and recommend one (the measure is
-    in the module docstring). Deterministic for a trace and flags.
+    in the module docstring). With `cpu_variants`, the saturated runs are repeated under the profile's
+    low and high CPU-time variants and a recommendation that moves is reported as a range. Deterministic.
 
     >>> import kvsim
     >>> tr = kvsim.generate_trace("alpaca", rate_rps=20, num_requests=200, seed=0)
@@ -199,8 +201,33 @@ def tune_block_size(trace: Trace | str, *, block_sizes=None, bookkeeping: Bookke
                 "capacity_tokens": sat[0].summary["kv"]["capacity_tokens"], "bookkeeping": bk.source,
                 "kernel": kernel.name, "kernel_basis": kernel.basis, "kernel_source": kernel.source,
                 "engine_profile": cfgs[0].profile().name}
+    profile = cfgs[0].profile()
+    base = profile.name.split(":")[0]
+    by_variant = {profile.variant or "as given": rec}
+    if cpu_variants and base in CPU_VARIANTS and profile.variant in VARIANTS:
+        for v in (x for x in VARIANTS if x != profile.variant):
+            vc = [make_config(**{**flags, "engine_profile": f"{base}:{v}"}, block_size=b) for b in sizes]
+            vcurve = pd.DataFrame([_row(trace, c, b, simulate(saturated(trace), c), l, bk)
+                                   for c, b, l in zip(vc, sizes, live)])
+            by_variant[v] = int(vcurve.block_size[vcurve.capacity_tokens_per_s.idxmax()])
+    workload["recommended_by_cpu_variant"] = by_variant
     result = TuneResult(curve, rec, (int(good.min()), int(good.max())), "", workload, warnings)
-    return replace(result, reason=explain(result) + _edge_note(rec, sizes, kernel) + _raised_note(cfgs, sizes))
+    return replace(result, reason=explain(result) + _edge_note(rec, sizes, kernel) + _raised_note(cfgs, sizes)
+                   + _basis_note(profile, kernel, bk, cfgs[0].calibration is not None, by_variant))
+
+
+def _basis_note(profile, kernel, bk: Bookkeeping, calibrated: bool, by_variant: dict) -> str:
+    """Which costs are measured, published or assumed, and how the answer moves across CPU variants."""
+    cpu = ("measured rows, " + profile.source if profile.cpu_step_s or profile.cpu_seq_s else "none")
+    gather = "measured (--calibration)" if calibrated else f"{kernel.basis} ({kernel.source})"
+    book = "measured on this CPU" if bk.source.startswith("measured") else "assumed (stored defaults)"
+    text = f" Costs: paged kernel {gather}; CPU time {cpu}; bookkeeping {book}."
+    picks = sorted(set(by_variant.values()))
+    if len(by_variant) > 1:
+        text += " Across CPU-time variants: " + ", ".join(f"{v} {b}" for v, b in by_variant.items()) + (
+            f", so the recommendation is a range, {picks[0]} to {picks[-1]} tokens." if len(picks) > 1
+            else ": the same block size under each.")
+    return text
 
 
 def _edge_note(rec: int, sizes: list[int], kernel) -> str:
