@@ -21,3 +21,11 @@ def test_agreement_and_flips_by_hand():
     assert t.loc["swap / recompute latency, blocks 16-64 (range)", "ours"] == "0.9 to 1.3"
     assert t.loc["Alpaca best block size"].agrees == "no"       # missing: not agreeing
     assert len(t) == len(PUBLISHED_FIGURES) and not math.isnan(PUBLISHED_FIGURES[0][3])
+
+
+def test_paper_duration_must_be_positive(tmp_path):
+    from typer.testing import CliRunner
+    from kvsim.cli.app import app
+    res = CliRunner().invoke(app, ["paper", "--quick", "--duration", "0", "-o", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "--duration: must be > 0" in res.output, res.output
+    assert not (tmp_path / "p").exists()
