@@ -32,6 +32,8 @@ BookkeepingOpt = typer.Option(None, "--bookkeeping", help="kvsim-bookkeeping/1 J
                               "block-table and allocation costs (default: named constants).")
 MeasureOpt = typer.Option(False, "--measure-bookkeeping", help="Time block allocation and table building "
                           "on this machine's CPU first and use that.")
+TuneBlockSizesOpt = typer.Option(None, "--block-sizes", help="Block sizes to sweep, tokens (comma-separated; "
+                                 "default: the sizes the engine profile's attention kernel runs).")
 WorkersOpt = typer.Option(None, "--workers", min=1, help="Runs at once (processes; default: all cores).")
 ForceOpt = typer.Option(False, "--force", help="Replace the output folder if it exists.")
 
@@ -146,7 +148,7 @@ def tune_block_size_cmd(
     duration: float = DurationOpt, num_requests: Optional[int] = NumRequestsOpt, model: str = ModelOpt,
     gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
     num_blocks: Optional[int] = NumBlocksOpt, set_flags: List[str] = SetOpt, seed: int = SeedOpt,
-    block_sizes: str = BlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
+    block_sizes: Optional[str] = TuneBlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
     measure_bookkeeping: bool = MeasureOpt, workers: Optional[int] = WorkersOpt,
     report: Optional[Path] = typer.Option(None, "--report", help="Also write a report folder here."),
     force: bool = ForceOpt,
@@ -158,8 +160,8 @@ def tune_block_size_cmd(
     from kvsim.planning import bookkeeping as bkp
 
     with _user_errors():
-        sizes = _ints(block_sizes, "--block-sizes")
-        if not sizes:
+        sizes = None if block_sizes is None else _ints(block_sizes, "--block-sizes")
+        if sizes is not None and not sizes:
             raise ValueError("--block-sizes: give at least one block size")
         if report is not None:
             _out_folder(report, force, "--report")
@@ -178,9 +180,12 @@ def tune_block_size_cmd(
         from kvsim.planning.tune import tune_block_size
         res = tune_block_size(tr, block_sizes=sizes, bookkeeping=bk, workers=workers or os.cpu_count(),
                               **flags)
+        for warning in res.warnings:
+            typer.echo(f"warning: {warning}", err=True)
         _print_curve(console, res)
         if json_out is not None:
             _write_json(json_out, {"recommended": res.recommended, "good_range": res.good_range,
+                                   "warnings": list(res.warnings),
                                    "reason": res.reason, "workload": res.workload,
                                    "curve": res.curve.to_dict("records")})
         if report is not None:
@@ -261,6 +266,8 @@ def paper_cmd(
     out: Path = typer.Option(Path("reports/vllm-paper"), "-o", "--out", help="Report folder."),
     quick: bool = typer.Option(False, "--quick", help="OPT-13B only, 30 s traces, 2 rates, 3 block sizes "
                                "(seconds; for tests)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Trace length per run, seconds "
+                                             "(default: one hour, as the paper; 30 with --quick)."),
     workers: Optional[int] = WorkersOpt, force: bool = ForceOpt,
 ) -> None:
     """The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate
@@ -269,9 +276,14 @@ def paper_cmd(
     with _user_errors():
         _out_folder(out, force, "-o")
         bounds.workers(workers)
+        from dataclasses import replace as _replace
         from kvsim.planning.paper import FULL, QUICK, run_paper
         from kvsim.planning.paper_report import paper_report
-        res = run_paper(QUICK if quick else FULL, workers=workers or os.cpu_count())
+        plan = QUICK if quick else FULL
+        if duration is not None:
+            bounds.duration(duration, "--duration")
+            plan = _replace(plan, duration_s=duration)
+        res = run_paper(plan, workers=workers or os.cpu_count())
         _write_report(paper_report(res), out, force, "-o")
     typer.echo(f"wrote {out}/report.md and {out}/report.html ({res.wall_s:.0f} s of runs)")
 

@@ -17,6 +17,7 @@ replaced by forks of survivors at decode steps (`kvsim.engine.beams`), so they s
 from __future__ import annotations
 
 from kvsim.alloc.base import MemoryStats
+from kvsim.alloc.contiguous import ContiguousAllocator
 from kvsim.engine.lazy_decode import LazyDecodes
 from kvsim.engine.preemption import Preemption
 from kvsim.engine.request_state import SchedulerBase
@@ -32,6 +33,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._lazy_init()
+        # swaps move one copy per block (vLLM v0's swap_blocks); contiguous memory one per sequence
+        self.swap_piece_tokens = 0 if isinstance(self.alloc, ContiguousAllocator) else self.alloc.block_size
 
     # -- one step ---------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
@@ -51,8 +54,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         if self.cfg.chunked_prefill:
             budget, preempted_chunk = self._continue_prefills(plan, budget)
             preempted = preempted or preempted_chunk
-        if preempted or self.swapped:
-            plan.limited_by = _KV
+        if preempted or self.swapped:      # vLLM v0: no new prompt while any sequence is swapped out
+            plan.limited_by = _KV          # (vllm/core/scheduler.py `_schedule`: `if not self.swapped:`)
             if not preempted:
                 self._swap_in(plan)
         elif self.cfg.separate_prefill:
