@@ -50,12 +50,12 @@ LAZY: dict[str, LazyCommand] = {
         "allocator, batch size and KV usage over time, latency against rate, waste and throughput against "
         "block size, and preemptions; from a trace and deployment, or from a sweep table."),
     "paper": LazyCommand(
-        "kvsim.cli.report:paper_cmd",
+        "kvsim.cli.studies:paper_cmd",
         "The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate "
         "per system, memory breakdown, batched requests, block size, recompute against swap; our numbers beside "
         "the published ones."),
     "hybrid-study": LazyCommand(
-        "kvsim.cli.report:hybrid_study_cmd",
+        "kvsim.cli.studies:hybrid_study_cmd",
         "Hybrid models (gpt-oss, Gemma 3, Llama 4) under uniform pages, vLLM's hybrid KV cache manager and "
         "contiguous reservations: start-up figures, simulated batch and KV per request; Jenga's published "
         "figures beside ours."),
