@@ -27,5 +27,5 @@ def test_paper_duration_must_be_positive(tmp_path):
     from typer.testing import CliRunner
     from kvsim.cli.app import app
     res = CliRunner().invoke(app, ["paper", "--quick", "--duration", "0", "-o", str(tmp_path / "p")])
-    assert res.exit_code == 2 and "--duration: must be > 0" in res.output, res.output
+    assert res.exit_code == 2 and "--duration 0.0: must be a finite number > 0" in res.output, res.output
     assert not (tmp_path / "p").exists()
