@@ -54,7 +54,7 @@ def memory_breakdown(fractions: Mapping[str, Mapping[str, float]], title: str = 
     ax.set_ylabel("KV capacity (%, time average)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.tick_params(axis="x", labelrotation=0 if any("\n" in n for n in names) else 20, labelsize=8)
     ax.set_title(title or "KV memory breakdown", fontsize=10)
     return fig
 
@@ -142,7 +142,7 @@ def metric_lines(df: pd.DataFrame, x: str, y: str, hue: str | Sequence[str] | No
     if hues and len(df[hues].drop_duplicates()) > 1:
         ax.legend(fontsize=7, title=" / ".join(metric(h).label for h in hues) if len(hues) > 1 else None,
                   title_fontsize=7)
-    ax.set_title(title or f"{ym.label} against {xm.label}", fontsize=10)
+    ax.set_title(title or f"{ym.label[:1].upper()}{ym.label[1:]} against {xm.label}", fontsize=10)
     return fig
 
 
