@@ -38,9 +38,10 @@ reports: $(REPORTS_DEPS)
 	$(KVSIM) paper --force
 
 # release checks: allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs, the
-# 100,000-request memory ceiling (minutes)
+# 100,000-request memory ceiling, every README command (minutes)
 test-long: $(STAMP)
-	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py
+	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py \
+		tests/test_readme_runs.py
 
 # Mutation testing (on demand, not in CI; tens of minutes): GROUPS="metrics alloc" limits it.
 mutate: $(STAMP)

@@ -194,6 +194,9 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+        if result.summary["requests_rejected"]:
+            from kvsim.cli.output import console, rejection_note
+            console.print(f"note: {rejection_note(result.requests)}", highlight=False, soft_wrap=True)
 
 
 #: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).

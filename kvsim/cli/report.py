@@ -113,6 +113,7 @@ def tune_block_size_cmd(
         where = _deployment_words(flags)
         _print_curve(console, res, where)
         if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
             tmp = json_out.with_name(f".{json_out.name}.tmp")
             tmp.write_text(json.dumps({"recommended": res.recommended, "good_range": res.good_range,
                                        "reason": res.reason, "workload": res.workload,
