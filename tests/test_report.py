@@ -198,3 +198,15 @@ def test_block_size_axes_start_at_zero():
                        "throughput_tokens_per_s": [17190, 17220]})
     fig = kvsim.plot_block_size(df)
     assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
+
+
+def test_paper_capacity_of_zero_says_nothing_was_sustained():
+    """Static batching whose latency is over the knee at every rate tried (0.5 and 1 req/s) has no
+    capacity: the table says `none (< 0.5)`, not 0 req/s."""
+    from kvsim.planning.paper_report import _ratio_table
+    systems = ["vLLM (paged)", "Orca (Oracle)", "Orca (Pow2)", "Orca (Max)", "FasterTransformer (static)"]
+    caps = pd.DataFrame({"setup": "OPT-13B", "preset": "sharegpt", "system": systems,
+                         "capacity_rps": [1.0, 0.8, 0.6, 0.5, 0.0]})
+    curves = pd.DataFrame({"setup": "OPT-13B", "preset": "sharegpt", "rate": [0.5, 1.0]})
+    row = _ratio_table(caps, curves).iloc[0]
+    assert row["static (req/s)"] == "none (< 0.5)" and row["paged (req/s)"] == 1.0

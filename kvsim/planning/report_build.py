@@ -55,8 +55,8 @@ def systems_section(report: Report, trace: Trace, flags: dict, systems: dict[str
         flat = _flat(s)
         rows.append({"system": name, **{v: flat.get(k) for k, v in SYSTEM_COLUMNS.items()}})
     report.heading("Systems at the trace's arrival times")
-    report.paragraph("Each system replays the same requests. KV columns are time-averaged fractions of the "
-                     "KV capacity (they sum to 1); normalized latency is end-to-end latency over output "
+    report.paragraph("Each system replays the same requests. KV columns are time-averaged shares of the "
+                     "KV capacity (they sum to 100%); normalized latency is end-to-end latency over output "
                      "tokens, averaged over requests.")
     report.table("systems", pd.DataFrame(rows), percent=[v for k, v in SYSTEM_COLUMNS.items() if "fraction" in k])
     report.figure("memory_breakdown", figures.memory_breakdown(
