@@ -32,8 +32,8 @@ reports: $(REPORTS_DEPS)
 	$(KVSIM) report traces/sharegpt_2rps_10min.jsonl --num-requests 400 --model opt-13b --gpu a100-40gb --kv-gib 12 -o reports/sharegpt-opt13b --force
 	$(KVSIM) tune-block-size traces/sharegpt_2rps_10min.jsonl --model opt-13b --kv-gib 12 --report reports/block-size-sharegpt --force
 	$(KVSIM) tune-block-size traces/alpaca_30rps_2min.jsonl --model opt-13b --kv-gib 12 --report reports/block-size-alpaca --force
-	rm -rf $(SWEEP_TMP) && $(KVSIM) sweep traces/azure_conv_excerpt.jsonl --grid block_size=16,128 --grid rate=2,4,8 --set model=llama-3-8b --set gpu=h100-80gb --set max_requests=400 -o $(SWEEP_TMP)
-	$(KVSIM) report --sweep $(SWEEP_TMP) --title "Sweep report: Llama-3-8B on one H100, block size x rate" -o reports/sweep-llama3-8b --force
+	rm -rf $(SWEEP_TMP) && $(KVSIM) sweep traces/azure_conv_excerpt.jsonl --grid block_size=16,128 --grid rate=2,4,8 --set model=llama-3-8b --set gpu=h100-80gb --set max_requests=400 -o $(SWEEP_TMP) \
+		&& $(KVSIM) report --sweep $(SWEEP_TMP) --title "Sweep report: Llama-3-8B on one H100, block size x rate" -o reports/sweep-llama3-8b --force
 	$(KVSIM) hybrid-study -o reports/hybrid-models --force
 	$(KVSIM) paper --force
 
