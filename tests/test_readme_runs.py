@@ -149,3 +149,14 @@ def test_every_skip_in_the_suite_says_why():
             if not ok:
                 bad.append(f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {kind}{args})")
     assert bad == [], "skips without a reason:\n" + "\n".join(bad)
+
+
+def test_the_readmes_cite_only_files_in_the_repository():
+    """traces/README.md once pointed to a DESIGN.md that a clone does not have."""
+    missing = []
+    for doc in ("README.md", "reports/README.md", "traces/README.md"):
+        for name in set(re.findall(r"[\w./-]+\.md\b", (ROOT / doc).read_text())):
+            here = (ROOT / doc).parent
+            if not any((base / name).exists() for base in (ROOT, here)) and not list(ROOT.rglob(name)):
+                missing.append(f"{doc}: {name}")
+    assert missing == []
