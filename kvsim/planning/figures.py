@@ -44,8 +44,9 @@ def memory_breakdown(fractions: Mapping[str, Mapping[str, float]], title: str = 
     >>> [round(p.get_height()) for p in fig.axes[0].patches]      # percent, one bar per state
     [90, 0, 0, 0, 10]
     """
-    fig, (ax,) = _figure(max(4.0, 1.1 * len(fractions) + 2.5))
     names = list(fractions)
+    longest = max((len(line) for n in names for line in str(n).splitlines()), default=0)
+    fig, (ax,) = _figure(max(4.0, max(1.1, 0.075 * longest) * len(names) + 2.5))   # labels never overlap
     bottom = np.zeros(len(names))
     for cat in CATEGORIES:
         values = np.array([fractions[n].get(cat, 0.0) for n in names]) * 100
