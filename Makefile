@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long install mutate clean
+.PHONY: run test test-long install mutate clean reports
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,10 +21,27 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Regenerate every shipped report under reports/ (one line each; reports/README.md lists them). Each
+# report records the command that made it and the engine-profile set it ran with; the test
+# tests/test_report_freshness.py fails when a report is older than the profiles or its command here.
+# KVSIM="python -m kvsim.cli.app" REPORTS_DEPS= runs it without the .venv set-up.
+KVSIM ?= $(BIN)/kvsim
+REPORTS_DEPS ?= $(STAMP)
+SWEEP_TMP ?= /tmp/kvsim-sweep-llama3-8b
+reports: $(REPORTS_DEPS)
+	$(KVSIM) report traces/sharegpt_2rps_10min.jsonl --num-requests 400 --model opt-13b --gpu a100-40gb --kv-gib 12 -o reports/sharegpt-opt13b --force
+	$(KVSIM) tune-block-size traces/sharegpt_2rps_10min.jsonl --model opt-13b --kv-gib 12 --report reports/block-size-sharegpt --force
+	$(KVSIM) tune-block-size traces/alpaca_30rps_2min.jsonl --model opt-13b --kv-gib 12 --report reports/block-size-alpaca --force
+	rm -rf $(SWEEP_TMP) && $(KVSIM) sweep traces/azure_conv_excerpt.jsonl --grid block_size=16,128 --grid rate=2,4,8 --set model=llama-3-8b --set gpu=h100-80gb --set max_requests=400 -o $(SWEEP_TMP) \
+		&& $(KVSIM) report --sweep $(SWEEP_TMP) --title "Sweep report: Llama-3-8B on one H100, block size x rate" -o reports/sweep-llama3-8b --force
+	$(KVSIM) hybrid-study -o reports/hybrid-models --force
+	$(KVSIM) paper --force
+
 # release checks: allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs, the
-# 100,000-request memory ceiling (minutes)
+# 100,000-request memory ceiling, every README command (minutes)
 test-long: $(STAMP)
-	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py
+	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py \
+		tests/test_readme_runs.py
 
 # Mutation testing (on demand, not in CI; tens of minutes): GROUPS="metrics alloc" limits it.
 mutate: $(STAMP)

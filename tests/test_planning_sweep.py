@@ -59,7 +59,7 @@ def test_sweep_rate_rescales_a_trace():
 
 
 def test_sweep_on_local_ray(tmp_path):
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
     df = kvsim.run_sweep({"block_size": [16, 32]}, SMALL, preset="alpaca", ray=True, workers=2,
                          out_dir=tmp_path / "r")
     local = kvsim.run_sweep({"block_size": [16, 32]}, SMALL, preset="alpaca", workers=1)

@@ -85,7 +85,8 @@ def test_sweep_report_from_a_sweep_table(tmp_path):
                                                                        "num_requests": 40}, workers=1)
     rep = sweep_report(df)
     names = [b[1] for b in rep.blocks if b[0] == "f"]
-    assert names == ["latency_vs_rate", "block_size", "memory_breakdown", "preemptions"]
+    assert names == ["latency_vs_rate", "block_size", "memory_breakdown"] + (
+        ["preemptions"] if df.preemptions.any() else [])
     out = write_report(rep, tmp_path / "s")
     assert "varying: `rate`, `block_size`" in (out / "report.md").read_text()
 
@@ -151,3 +152,63 @@ def test_hybrid_study_quick_report(tmp_path):
     assert res.exit_code == 2 and "exists" in res.output
     res = CliRunner().invoke(app, ["hybrid-study", "--duration", "0", "-o", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--duration" in res.output
+
+
+def test_a_report_without_preemptions_says_so_instead_of_an_empty_chart():
+    """Two runs with 1 GiB of KV for 5 Alpaca-like requests (~80 tokens each at 800 KiB/token for
+    OPT-13B: 1,310 slots): the cache never fills, so no preemption, and the report has no chart of zeros."""
+    df = kvsim.run_sweep({"block_size": [8, 16]}, base={"kv_gib": 1, "preset": "alpaca", "num_requests": 5},
+                         workers=1)
+    assert (df.preemptions == 0).all()
+    rep = sweep_report(df)
+    assert "preemptions" not in [b[1] for b in rep.blocks if b[0] == "f"]
+    assert any(b[0] == "p" and b[1].startswith("No preemptions in any of the 2 runs") for b in rep.blocks)
+    fig = kvsim.plot_preemptions({"a": 0, "b": 0})
+    assert len(fig.axes[0].patches) == 0 and fig.axes[0].texts[0].get_text() == "no preemptions in any run"
+
+
+def test_report_tables_print_fractions_as_percentages_and_never_an_exponent(tmp_path):
+    """The values the issue found in shipped tables: 4.399e-06 as a fraction column, 15273.75 entries."""
+    rep = Report("T")
+    rep.table("t", pd.DataFrame({"block_size": [1], "waste_fraction": [4.399e-06],
+                                 "gather_fraction": [0.2874], "block_table_entries": [15273.75],
+                                 "latency_s_per_token": [0.0000312]}))
+    md = write_report(rep, tmp_path / "t").joinpath("report.md").read_text()
+    assert "| 1 | <0.01% | 28.7% | 15,274 | 0.000031 |" in md
+    assert "e-0" not in md and "e+0" not in md
+
+
+def test_sweep_legends_and_labels_name_what_varies():
+    df = pd.DataFrame({"block_size": [16, 16, 128, 128], "rate": [2, 4, 2, 4],
+                       "normalized_latency_s_per_token": [0.01, 0.02, 0.01, 0.03]})
+    ax = figures.metric_lines(df, "rate", "normalized_latency_s_per_token", hue=["block_size"]).axes[0]
+    assert [t.get_text() for t in ax.get_legend().texts] == ["block size 16", "block size 128"]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("request rate (req/s)", "normalized latency (s/token)")
+    assert ax.get_ylim()[0] == 0
+
+
+def test_the_ttft_curve_is_labelled_ttft_not_normalized_latency():
+    """notebooks/capacity.ipynb draws TTFT p99 against rate through plot_latency_vs_rate."""
+    df = pd.DataFrame({"system": ["s", "s"], "rate": [1.0, 2.0], "ttft_s_p99": [0.5, 1.5]})
+    ax = kvsim.plot_latency_vs_rate(df, rate="rate", latency="ttft_s_p99").axes[0]
+    assert ax.get_ylabel() == "TTFT p99 (s)" and ax.get_title() == "TTFT p99 against request rate"
+
+
+def test_block_size_axes_start_at_zero():
+    """A 0.1% difference must not fill the axis: throughput 17,190 to 17,220 tokens/s drawn from 0."""
+    df = pd.DataFrame({"block_size": [8, 16], "waste_fraction": [0.01, 0.02], "mean_batch_size": [30, 29],
+                       "throughput_tokens_per_s": [17190, 17220]})
+    fig = kvsim.plot_block_size(df)
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
+
+
+def test_paper_capacity_of_zero_says_nothing_was_sustained():
+    """Static batching whose latency is over the knee at every rate tried (0.5 and 1 req/s) has no
+    capacity: the table says `none (< 0.5)`, not 0 req/s."""
+    from kvsim.planning.paper_report import _ratio_table
+    systems = ["vLLM (paged)", "Orca (Oracle)", "Orca (Pow2)", "Orca (Max)", "FasterTransformer (static)"]
+    caps = pd.DataFrame({"setup": "OPT-13B", "preset": "sharegpt", "system": systems,
+                         "capacity_rps": [1.0, 0.8, 0.6, 0.5, 0.0]})
+    curves = pd.DataFrame({"setup": "OPT-13B", "preset": "sharegpt", "rate": [0.5, 1.0]})
+    row = _ratio_table(caps, curves).iloc[0]
+    assert row["static (req/s)"] == "none (< 0.5)" and row["paged (req/s)"] == 1.0

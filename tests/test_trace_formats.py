@@ -9,6 +9,10 @@ from kvsim.trace.table import TraceError
 from kvsim.trace.formats import detect_format, load_trace, read_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+#: The first rows of each shared trace, shipped so a clean checkout tests every real format.
+HEADS = Path(__file__).resolve().parent / "data" / "shared_traces_head"
+NO_SHARED = ("../shared/traces (the full real traces) is absent, as in a clean checkout; their first rows in "
+             "tests/data/shared_traces_head are tested instead")
 
 
 def write(tmp_path, name, text):
@@ -96,7 +100,7 @@ SHARED_FILES = {  # file: (format, requests)
 }
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is absent")
+@pytest.mark.skipif(not SHARED.is_dir(), reason=NO_SHARED)
 @pytest.mark.parametrize("name", sorted(SHARED_FILES))
 def test_every_shared_trace_converts(name, tmp_path):
     from kvsim.trace.jsonl import read_jsonl, write_jsonl
@@ -113,11 +117,35 @@ def test_every_shared_trace_converts(name, tmp_path):
         assert back.prompt_block_ids(5, 16) == t.prompt_block_ids(5, 16) != []
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is absent")
+@pytest.mark.skipif(not SHARED.is_dir(), reason=NO_SHARED)
 def test_shared_azure_conv_matches_its_readme():
     s = load_trace(SHARED / "azure_llm_2023_conv.csv").summary()
     assert round(s["prompt_tokens"]["mean"]) == 1155 and s["output_tokens"]["max"] == 1000
     assert 5.4 < s["rate_rps"] < 5.6
+
+
+HEAD_ROWS = {"azure_llm_2023_code.csv": 50, "azure_llm_2023_conv.csv": 200, "mooncake_conversation.jsonl": 30,
+             "mooncake_synthetic.jsonl": 5, "arxiv_summarization_lengths.csv": 50}   # `head -n` of each
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_ROWS))
+def test_the_shipped_head_of_every_shared_trace_converts(name):
+    """Format detection and the first request against the raw first row, read here without kvsim."""
+    import csv
+    import json
+    fmt = SHARED_FILES[name][0]
+    path = HEADS / name
+    assert detect_format(path) == fmt
+    t, report = read_trace(path)
+    assert len(t) == HEAD_ROWS[name] and report.format == fmt and t.arrival_s[0] == 0.0
+    if name.endswith(".csv"):
+        first = next(csv.DictReader(path.open()))
+        prompt = first.get("ContextTokens") or first["num_prefill_tokens"]
+        output = first.get("GeneratedTokens") or first["num_decode_tokens"]
+    else:
+        first = json.loads(path.open().readline())
+        prompt, output = first["input_length"], first["output_length"]
+    assert (t.prompt_tokens[0], t.output_tokens[0]) == (int(prompt), int(output))
 
 
 def test_mooncake_hash_ids_in_kvsim_jsonl_are_read_as_512_token_blocks(tmp_path):

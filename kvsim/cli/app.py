@@ -220,7 +220,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         write_text_atomic(json_out, json.dumps(result.summary, indent=2), "--json")
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
-                      f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+                      f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}", result.requests)
         print_fleet(result.summary)              # (a fleet's replicas and routing; nothing for one engine)
 
 

@@ -52,11 +52,48 @@ class Progress:
             self.bar.start()
             self.task = self.bar.add_task("", total=self.total_s)
         self.bar.update(self.task, completed=min(now_s, self.total_s),
-                        description=f"t = {now_s:,.0f} / {self.total_s:,.0f} s")
+                        description=progress_text(now_s, self.total_s))
 
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def progress_text(now_s: float, total_s: float) -> str:
+    """The progress bar's words: simulated time against the last arrival, and past it (the run drains
+    the requests still queued or running) the time alone, never a count beyond its total.
+
+    >>> progress_text(300, 600), progress_text(3152, 600)
+    ('t = 300 / 600 s', 't = 3,152 s: draining after the last arrival at 600 s')
+    """
+    if now_s <= total_s:
+        return f"t = {now_s:,.0f} / {total_s:,.0f} s"
+    return f"t = {now_s:,.0f} s: draining after the last arrival at {total_s:,.0f} s"
+
+
+def rejection_note(requests) -> str:
+    """Why requests were rejected on arrival, grouped by kind (the `reason` column of `requests.csv`
+    with its numbers taken out), one example each; "" when none were.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"status": ["rejected", "finished", "rejected"], "reason": [
+    ...     "prompt + output = 35664 tokens exceeds the model's maximum length 32768", "",
+    ...     "prompt + output = 90423 tokens exceeds the model's maximum length 32768"]})
+    >>> print(rejection_note(df))
+    2 of 3 requests rejected on arrival: 2 like "prompt + output = 35664 tokens exceeds the model's maximum length 32768" (--max-model-len)
+    """
+    import re
+    rejected = requests[requests.status == "rejected"]
+    if rejected.empty:
+        return ""
+    groups = rejected.reason.groupby(rejected.reason.map(lambda r: re.sub(r"\d+", "N", str(r))), sort=False)
+    hints = {"maximum length": " (--max-model-len)", "max_batched_tokens": " (--max-num-batched-tokens)",
+             "max_num_seqs": " (--max-num-seqs)", "whole cache": " (--kv-gib / --gpu-memory-utilization)"}
+    parts = []
+    for _, g in sorted(groups, key=lambda kg: -len(kg[1])):
+        hint = next((h for k, h in hints.items() if k in g.iloc[0]), "")
+        parts.append((f"{len(g):,} like" if len(g) > 1 else "1:") + f" \"{g.iloc[0]}\"{hint}")
+    return f"{len(rejected):,} of {len(requests):,} requests rejected on arrival: " + "; ".join(parts)
 
 
 def _rows(s: dict) -> list[tuple[str, str]]:
@@ -101,8 +138,9 @@ def _rows(s: dict) -> list[tuple[str, str]]:
     ]
 
 
-def print_summary(summary: dict, title: str) -> None:
-    """The summary of one run as a two-column table."""
+def print_summary(summary: dict, title: str, requests=None) -> None:
+    """The summary of one run as a two-column table; given the per-request table, a note on why
+    requests were rejected (when any were)."""
     table = Table(title=title, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
@@ -113,6 +151,8 @@ def print_summary(summary: dict, title: str) -> None:
         table.add_row(f"KV group {g['kind']}{span}", f"{g['mean_blocks']:,.0f} blocks, "
                       f"{g['mean_fraction']['token_states']:.1%} token states")
     console.print(table)
+    if requests is not None and summary["requests_rejected"]:
+        console.print(f"note: {rejection_note(requests)}", highlight=False, soft_wrap=True)
 
 
 def print_comparison(summaries: dict[str, dict], title: str) -> None:
@@ -124,7 +164,14 @@ def print_comparison(summaries: dict[str, dict], title: str) -> None:
         table.add_column(name.replace("-", "\n", 1), justify="right", no_wrap=True)
     for k, (metric, _) in enumerate(next(iter(rows.values()), [])):
         table.add_row(metric, *(rows[name][k][1] for name in summaries))
-    console.print(table)
+    # piped or redirected: as wide as the table needs (a file has no width to fit, so never truncate)
+    width = console.width
+    if not console.is_terminal:
+        console.width = max(width, console.measure(table, options=console.options.update_width(100_000)).maximum)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 class StepsCsv:

@@ -182,7 +182,8 @@ def tune_block_size_cmd(
                               **flags)
         for warning in res.warnings:
             typer.echo(f"warning: {warning}", err=True)
-        _print_curve(console, res)
+        where = _deployment_words(flags)
+        _print_curve(console, res, where)
         if json_out is not None:
             _write_json(json_out, {"recommended": res.recommended, "good_range": res.good_range,
                                    "warnings": list(res.warnings),
@@ -191,18 +192,27 @@ def tune_block_size_cmd(
         if report is not None:
             from kvsim.planning import figures
             from kvsim.planning.report import Report
-            rep = Report(f"Block size for {tr.source or 'the trace'} on {model}")
+            from kvsim.planning.report_build import block_size_table
+            rep = Report(f"Block size for {tr.source or 'the trace'}: {where}")
             rep.paragraph(f"**Recommended block size: {res.recommended} tokens.** {res.reason}")
             rep.figure("block_size", figures.block_size_curve(res.curve, recommended=res.recommended))
-            rep.table("curve", res.curve)
+            block_size_table(rep, "curve", res.curve)
             _write_report(rep, report, force, "--report")
 
 
-def _print_curve(console, res) -> None:
+def _deployment_words(flags: dict) -> str:
+    """'opt-13b on 1 x A100-40GB, 12 GiB KV': what the tuner ran on, for its table and report title."""
+    from kvsim.planning.runs import make_config
+    dep = make_config(**flags).deployment
+    kv = f", {flags['kv_gib']:g} GiB KV" if flags.get("kv_gib") else ""
+    return f"{dep.model.name} on {dep.tp} x {dep.gpu.name}{kv}"
+
+
+def _print_curve(console, res, where: str = "") -> None:
     from rich.table import Table
 
-    t = Table(title=f"block size: waste against indirection ({res.workload['requests']} requests, "
-                    f"mean peak {res.workload['mean_peak']:.0f} tokens)")
+    t = Table(title=f"block size: waste against indirection, {where + ', ' if where else ''}"
+                    f"{res.workload['requests']:,} requests, mean peak {res.workload['mean_peak']:.0f} tokens")
     for col in ("block", "waste %", "batch", "gather %", "bookkeeping %", "capacity tok/s", "latency s/tok"):
         t.add_column(col, justify="right")
     for row in res.curve.itertuples():

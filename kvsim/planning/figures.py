@@ -1,17 +1,22 @@
 """Matplotlib figures of capacity-planning results, drawn without pyplot (no global state, no display
 backend: each function returns a `matplotlib.figure.Figure` that `report.py` renders to PNG with Agg).
 
-Inputs are plain data: summaries (DESIGN.md `--json` keys), per-step tables (`SimResult.steps`) and
-tidy DataFrames with one row per run. Memory is shown as fractions of the KV capacity, times in seconds.
+Inputs are plain data: summaries (`kvsim run --json` keys), per-step tables (`SimResult.steps`) and
+tidy DataFrames with one row per run. Memory is shown as percentages of the KV capacity, times in seconds.
+Every chart of a metric goes through `metric_lines`, which names the axes, units, title and legend from the
+column names (`kvsim.planning.metric_labels`); ratio and count axes start at zero; a chart with nothing
+to show says so in words instead of drawing empty axes.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+
+from kvsim.planning.metric_labels import metric, value_label
 
 #: The five KV states of DESIGN.md's memory accounting, in stacking order, with their colours.
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
@@ -39,8 +44,9 @@ def memory_breakdown(fractions: Mapping[str, Mapping[str, float]], title: str = 
     >>> [round(p.get_height()) for p in fig.axes[0].patches]      # percent, one bar per state
     [90, 0, 0, 0, 10]
     """
-    fig, (ax,) = _figure(max(4.0, 1.1 * len(fractions) + 2.5))
     names = list(fractions)
+    longest = max((len(line) for n in names for line in str(n).splitlines()), default=0)
+    fig, (ax,) = _figure(max(4.0, max(1.1, 0.075 * longest) * len(names) + 2.5))   # labels never overlap
     bottom = np.zeros(len(names))
     for cat in CATEGORIES:
         values = np.array([fractions[n].get(cat, 0.0) for n in names]) * 100
@@ -49,7 +55,7 @@ def memory_breakdown(fractions: Mapping[str, Mapping[str, float]], title: str = 
     ax.set_ylabel("KV capacity (%, time average)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.tick_params(axis="x", labelrotation=0 if any("\n" in n for n in names) else 20, labelsize=8)
     ax.set_title(title or "KV memory breakdown", fontsize=10)
     return fig
 
@@ -86,7 +92,8 @@ def timeline(steps: Mapping[str, pd.DataFrame], capacity_tokens: Mapping[str, in
         used = d.token_states + d.reserved + d.internal_fragmentation
         bottom.plot(d.time_s, 100 * used / cap, label=name, lw=0.9)
     top.set_ylabel("batch (requests)")
-    bottom.set_ylabel("KV allocated (%)")
+    top.set_ylim(bottom=0)
+    bottom.set_ylabel("KV allocated (% of capacity)")
     bottom.set_ylim(0, 105)
     bottom.set_xlabel("simulated time (s)")
     top.legend(fontsize=7, ncols=min(3, max(1, len(steps))))
@@ -94,10 +101,57 @@ def timeline(steps: Mapping[str, pd.DataFrame], capacity_tokens: Mapping[str, in
     return fig
 
 
+def _note(ax, text: str) -> None:
+    """Words in place of a chart with nothing to show."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, color="#555", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+
+
+def metric_lines(df: pd.DataFrame, x: str, y: str, hue: str | Sequence[str] | None = None, title: str = "",
+                 logx: bool = False, ymax: float | None = None, xlabel: str = "", ylabel: str = "") -> Figure:
+    """`y` against `x`, one line per value of `hue` (a column, several columns, or None for one line).
+    Axis labels and units come from the column names (`metric_labels.metric`), the title is "<y> against
+    <x>" unless given, legend entries name what varies ("block size 16"), fractions are drawn as
+    percentages, the y axis starts at zero (`ymax` clips it: the paper's plots stop at 1 s/token).
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"block_size": [16, 16, 128], "rate": [1, 2, 1], "ttft_s_p99": [0.1, 0.3, 0.2]})
+    >>> ax = metric_lines(df, "rate", "ttft_s_p99", hue="block_size").axes[0]
+    >>> ax.get_ylabel(), ax.get_title(), [t.get_text() for t in ax.get_legend().texts], float(ax.get_ylim()[0])
+    ('TTFT p99 (s)', 'TTFT p99 against request rate', ['block size 16', 'block size 128'], 0.0)
+    """
+    fig, (ax,) = _figure()
+    xm, ym = metric(x), metric(y)
+    hues = [hue] if isinstance(hue, str) else list(hue or [])
+    groups = df.groupby(hues, sort=False) if hues else [((), df)]
+    scale = 100.0 if ym.percent else 1.0
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.sort_values(x)
+        label = ", ".join(value_label(h, v) for h, v in zip(hues, key)) or None
+        ax.plot(g[x], scale * g[y], marker="o", ms=3, label=label)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(df[x].unique())
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_xlabel(xlabel or xm.axis())
+    ax.set_ylabel(ylabel or ym.axis())
+    ax.set_ylim(0, ymax)
+    if hues and len(df[hues].drop_duplicates()) > 1:
+        ax.legend(fontsize=7, title=" / ".join(metric(h).label for h in hues) if len(hues) > 1 else None,
+                  title_fontsize=7)
+    ax.set_title(title or f"{ym.label[:1].upper()}{ym.label[1:]} against {xm.label}", fontsize=10)
+    return fig
+
+
 def latency_vs_rate(df: pd.DataFrame, system: str = "system", rate: str = "rate_rps",
                     latency: str = "normalized_latency_s_per_token", title: str = "",
                     ymax: float | None = None) -> Figure:
-    """Normalized latency (s per output token) against request rate (req/s), one line per `system`.
+    """A latency metric (default normalized latency, s per output token; any `summary_row` column such as
+    `ttft_s_p99`, labelled from its name) against request rate (req/s), one line per `system`.
     `ymax` clips the y axis (the paper's plots stop at 1 s/token) so the knees stay visible.
 
     >>> import kvsim, pandas as pd
@@ -106,17 +160,7 @@ def latency_vs_rate(df: pd.DataFrame, system: str = "system", rate: str = "rate_
     >>> len(kvsim.plot_latency_vs_rate(df).axes[0].lines)
     1
     """
-    fig, (ax,) = _figure()
-    for name, g in df.groupby(system, sort=False):
-        g = g.sort_values(rate)
-        ax.plot(g[rate], g[latency], marker="o", ms=3, label=str(name))
-    ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("normalized latency (s/token)")
-    if ymax is not None:
-        ax.set_ylim(0, ymax)
-    ax.legend(fontsize=7)
-    ax.set_title(title or "Normalized latency against request rate", fontsize=10)
-    return fig
+    return metric_lines(df, rate, latency, hue=system, title=title, ymax=ymax)
 
 
 def block_size_curve(df: pd.DataFrame, title: str = "", recommended: int | None = None) -> Figure:
@@ -133,23 +177,22 @@ def block_size_curve(df: pd.DataFrame, title: str = "", recommended: int | None 
     """
     fig, (top, bottom) = _figure(rows=2, height=2.6)
     d = df.sort_values("block_size")
-    top.plot(d.block_size, 100 * d.waste_fraction, marker="o", ms=3, color="#d7191c", label="waste")
-    top.set_ylabel("waste (% of allocated)", color="#d7191c")
-    twin = top.twinx()
-    twin.plot(d.block_size, d.mean_batch_size, marker="s", ms=3, color="#2b8cbe", label="batch")
-    twin.set_ylabel("mean batch (requests)", color="#2b8cbe")
-    bottom.plot(d.block_size, d.throughput_tokens_per_s, marker="o", ms=3, color="k", label="throughput")
-    bottom.set_ylabel("throughput (tokens/s)")
+    panels = [(top, "waste_fraction", "o", "#d7191c"), (top.twinx(), "mean_batch_size", "s", "#2b8cbe"),
+              (bottom, "throughput_tokens_per_s", "o", "k")]
     if "indirection_fraction" in d:
-        tb = bottom.twinx()
-        tb.plot(d.block_size, 100 * d.indirection_fraction, marker="^", ms=3, color="#7b3294")
-        tb.set_ylabel("indirection (% of step)", color="#7b3294")
+        panels.append((bottom.twinx(), "indirection_fraction", "^", "#7b3294"))
+    for ax, col, mark, colour in panels:
+        m = metric(col)
+        ax.plot(d.block_size, (100 if m.percent else 1) * d[col], marker=mark, ms=3, color=colour)
+        ax.set_ylabel(m.axis(), color=colour)
+        ax.set_ylim(bottom=0)
     for ax in (top, bottom):
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(d.block_size), [str(b) for b in d.block_size])
         if recommended is not None:
             ax.axvline(recommended, color="#1a9641", ls="--", lw=1)
-    bottom.set_xlabel("block size (tokens)")
+    bottom.set_xlabel(metric("block_size").axis()
+                      + (f"; dashed: recommended {recommended}" if recommended is not None else ""))
     top.set_title(title or "Waste and throughput against block size", fontsize=10)
     return fig
 
@@ -163,40 +206,35 @@ def bars(values: Mapping[str, float], ylabel: str, title: str, colour: str = "#2
     [30.4, 7.0]
     """
     fig, (ax,) = _figure(max(4.0, 1.0 * len(values) + 2.0))
+    if not any(values.values()):
+        _note(ax, f"no {ylabel.split(' (')[0]} in any run" if values else "no runs")
+        ax.set_title(title, fontsize=10)
+        return fig
     ax.bar(list(values), list(values.values()), color=colour, width=0.6)
     ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     ax.set_title(title, fontsize=10)
     return fig
 
 
 def preemptions(counts: Mapping[str, float], title: str = "") -> Figure:
-    """Bars: preemptions per system.
+    """Bars: preemptions per system; none at all is said in words ("no preemptions in any run").
 
     >>> import kvsim
     >>> len(kvsim.plot_preemptions({"recompute": 12, "swap": 3}).axes[0].patches)
     2
+    >>> kvsim.plot_preemptions({"paged": 0}).axes[0].texts[0].get_text()
+    'no preemptions in any run'
     """
     return bars(counts, "preemptions", title or "Preemptions per system", "#fdae61")
 
 
-def lines(df: pd.DataFrame, x: str, y: str, hue: str, xlabel: str, ylabel: str, title: str,
+def lines(df: pd.DataFrame, x: str, y: str, hue: str, xlabel: str = "", ylabel: str = "", title: str = "",
           logx: bool = False) -> Figure:
     """One line per value of `hue`: `y` against `x` (e.g. latency against block size per preemption
-    mode)."""
-    fig, (ax,) = _figure()
-    for name, g in df.groupby(hue, sort=False):
-        g = g.sort_values(x)
-        ax.plot(g[x], g[y], marker="o", ms=3, label=str(name))
-    if logx:
-        ax.set_xscale("log", base=2)
-        ticks = sorted(df[x].unique())
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=10)
-    return fig
+    mode); `metric_lines` with the labels it derives unless given."""
+    return metric_lines(df, x, y, hue, title=title, logx=logx, xlabel=xlabel, ylabel=ylabel)
 
 
 def grouped_bars(df: pd.DataFrame, x: str, y: str, hue: str, ylabel: str, title: str,

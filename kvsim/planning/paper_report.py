@@ -34,13 +34,21 @@ SHORT = {"vLLM (paged)": "paged", "Orca (Oracle)": "oracle", "Orca (Pow2)": "pow
          "FasterTransformer (static)": "static"}
 
 
-def _ratio_table(caps: pd.DataFrame) -> pd.DataFrame:
+def _capacity_words(v: float, lowest: float) -> float | str:
+    """A capacity of 0 means no rate tried was sustained: say so, with the lowest rate tried."""
+    return f"none (< {lowest:g})" if v == 0 else v
+
+
+def _ratio_table(caps: pd.DataFrame, curves: pd.DataFrame | None = None) -> pd.DataFrame:
     rows = []
     for (setup, preset), g in caps.groupby(["setup", "preset"], sort=False):
         c = dict(zip(g.system, g.capacity_rps))
         ref = c.get("Orca (Max)", 0.0)
         row = {"setup": setup, "trace": preset}
-        row.update({f"{SHORT.get(n, n)} (req/s)": v for n, v in c.items()})
+        tried = (curves[(curves.setup == setup) & (curves.preset == preset)].rate if curves is not None
+                 else pd.Series(dtype=float))
+        lowest = float(tried.min()) if len(tried) else float("nan")
+        row.update({f"{SHORT.get(n, n)} (req/s)": _capacity_words(v, lowest) for n, v in c.items()})
         fmt = lambda n: "-" if not ref else f"{c.get(n, 0.0) / ref:.2f}"  # noqa: E731
         row["paged : oracle : pow2 : max"] = " : ".join(fmt(n) for n in list(SYSTEMS)[:4])
         row["paged / oracle"] = c["vLLM (paged)"] / c["Orca (Oracle)"] if c.get("Orca (Oracle)") else float("nan")
@@ -81,9 +89,9 @@ def paper_report(r: PaperResults, title: str = "The vLLM paper's experiments in 
                   f"Wall time of this run: {r.wall_s:.0f} s.")
 
     rep.heading("Capacity: normalized latency against request rate")
-    ratios = _ratio_table(r.capacities)
+    ratios = _ratio_table(r.capacities, r.curves)
     rep.table("capacity", ratios, "capacity (req/s) per system and the ratio paged : oracle : pow2 : max "
-                                  "(Orca Max = 1)")
+                                  "(Orca Max = 1); none (< R): not sustained even at R, the lowest rate tried")
     rep.paragraph("**Published:** " + PUBLISHED["capacity"])
     for (setup, preset), g in r.curves.groupby(["setup", "preset"], sort=False):
         rep.figure(f"latency_{setup}_{preset}".lower().replace("-", ""), figures.latency_vs_rate(

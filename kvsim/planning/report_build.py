@@ -11,6 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from kvsim.planning import figures
+from kvsim.planning.metric_labels import value_label
 from kvsim.planning.report import Report
 from kvsim.planning.runs import SYSTEMS, make_config
 from kvsim.planning.sweep import run_sweep
@@ -54,10 +55,10 @@ def systems_section(report: Report, trace: Trace, flags: dict, systems: dict[str
         flat = _flat(s)
         rows.append({"system": name, **{v: flat.get(k) for k, v in SYSTEM_COLUMNS.items()}})
     report.heading("Systems at the trace's arrival times")
-    report.paragraph("Each system replays the same requests. KV columns are time-averaged fractions of the "
-                     "KV capacity (they sum to 1); normalized latency is end-to-end latency over output "
+    report.paragraph("Each system replays the same requests. KV columns are time-averaged shares of the "
+                     "KV capacity (they sum to 100%); normalized latency is end-to-end latency over output "
                      "tokens, averaged over requests.")
-    report.table("systems", pd.DataFrame(rows))
+    report.table("systems", pd.DataFrame(rows), percent=[v for k, v in SYSTEM_COLUMNS.items() if "fraction" in k])
     report.figure("memory_breakdown", figures.memory_breakdown(
         {n: s["kv"]["mean_fraction"] for n, s in summaries.items()}))
     report.figure("timeline", figures.timeline(
@@ -65,8 +66,31 @@ def systems_section(report: Report, trace: Trace, flags: dict, systems: dict[str
         {n: s["kv"]["capacity_tokens"] for n, s in summaries.items()}))
     report.figure("batch", figures.bars({n: s["mean_batch_size"] for n, s in summaries.items()},
                                         "mean batch (requests)", "Mean batched requests per system"))
-    report.figure("preemptions", figures.preemptions({n: s["preemptions"] for n, s in summaries.items()}))
+    preemptions_figure(report, {n: s["preemptions"] for n, s in summaries.items()})
     return summaries
+
+
+def preemptions_figure(report: Report, counts: dict) -> None:
+    """Preemptions per system as bars, or a sentence when there were none (no empty chart)."""
+    if any(counts.values()):
+        report.figure("preemptions", figures.preemptions(counts))
+    else:
+        report.paragraph(f"No preemptions in any of the {len(counts)} runs: the KV cache never ran out.")
+
+
+#: The block-size curve's columns shown on a report page (all go to the CSV), with short headers.
+BLOCK_SIZE_SHOW = {"block_size": "block", "waste_fraction": "waste", "mean_batch_size": "mean batch",
+                   "throughput_tokens_per_s": "tokens/s", "gather_fraction": "gather",
+                   "bookkeeping_fraction": "bookkeeping", "capacity_tokens_per_s": "capacity (tokens/s)",
+                   "latency_s_per_token": "latency (s/token)", "preemptions": "preemptions"}
+
+
+def block_size_table(report: Report, name: str, curve: pd.DataFrame) -> None:
+    """The tuner's curve: every column in `data/<name>.csv`, the ones that decide on the page."""
+    show = {k: v for k, v in BLOCK_SIZE_SHOW.items() if k in curve}
+    report.table(name, curve, "waste: reserved + internal fragmentation, % of allocated KV; gather and "
+                 "bookkeeping: % of a decode step; capacity: tokens/s with the queue full, corrected for "
+                 "bookkeeping; every column in the CSV", show=show)
 
 
 def rate_section(report: Report, trace: Trace, flags: dict, rates: Sequence[float],
@@ -96,9 +120,7 @@ def block_size_section(report: Report, trace: Trace, flags: dict, block_sizes: S
     report.paragraph(f"**Recommended block size: {r.recommended} tokens** (good range {r.good_range[0]} "
                      f"to {r.good_range[1]}). {r.reason}")
     report.figure("block_size", figures.block_size_curve(r.curve, recommended=r.recommended))
-    cols = ["block_size", "waste_fraction", "mean_batch_size", "throughput_tokens_per_s",
-            "gather_fraction", "bookkeeping_fraction", "capacity_tokens_per_s", "latency_s_per_token"]
-    report.table("block_size", r.curve[cols])
+    block_size_table(report, "block_size", r.curve)
     return r
 
 
@@ -142,7 +164,7 @@ def sweep_report(table: pd.DataFrame, title: str = "Sweep report") -> Report:
     >>> df = kvsim.run_sweep({"block_size": [8, 64]}, {"kv_gib": 1, "num_requests": 20}, preset="alpaca",
     ...                      workers=1)
     >>> [b[1] for b in kvsim.sweep_report(df).blocks if b[0] == "f"]
-    ['block_size', 'memory_breakdown', 'preemptions']
+    ['block_size', 'memory_breakdown']
     """
     if "status" in table:
         failed = table[table.status != "ok"]
@@ -158,14 +180,15 @@ def sweep_report(table: pd.DataFrame, title: str = "Sweep report") -> Report:
     report.heading("Runs")
     report.paragraph(f"{len(table)} runs" + (f" ({len(failed)} failed, listed at the end)" if len(failed) else "")
                      + (f"; varying: {', '.join(f'`{k}`' for k in keys)}." if keys else "."))
-    label = table[keys].astype(str).agg(" ".join, axis=1) if keys else pd.Series(["run"] * len(table),
-                                                                                 index=table.index)
+    label = (table[keys].apply(lambda r: "\n".join(value_label(k, r[k]) for k in keys), axis=1) if keys
+             else pd.Series(["run"] * len(table), index=table.index))
     metrics = [c for c in SYSTEM_COLUMNS if c in table]
-    report.table("runs", table[keys + metrics].rename(columns=SYSTEM_COLUMNS))
+    report.table("runs", table[keys + metrics].rename(columns=SYSTEM_COLUMNS),
+                 percent=[v for k, v in SYSTEM_COLUMNS.items() if "fraction" in k])
     other = [k for k in keys if k != "rate"]
     if "rate" in keys:
-        hue = table[other].astype(str).agg(" ".join, axis=1) if other else "all"
-        report.figure("latency_vs_rate", figures.latency_vs_rate(table.assign(system=hue), rate="rate"))
+        report.figure("latency_vs_rate", figures.metric_lines(table, "rate", "normalized_latency_s_per_token",
+                                                              hue=other))
     if "block_size" in keys:
         alloc = table.kv_mean_fraction_token_states + table.kv_mean_fraction_reserved \
             + table.kv_mean_fraction_internal_fragmentation
@@ -175,12 +198,12 @@ def sweep_report(table: pd.DataFrame, title: str = "Sweep report") -> Report:
         first = d if not rest else d[(d[rest].astype(str) == d[rest].astype(str).iloc[0]).all(axis=1)]
         report.figure("block_size", figures.block_size_curve(
             first, title="Waste and throughput against block size"
-            + (f" ({' '.join(str(first[k].iloc[0]) for k in rest)})" if rest else "")))
+            + (f" ({', '.join(value_label(k, first[k].iloc[0]) for k in rest)})" if rest else "")))
     if len(table) <= 24:
         fr = {lab: {c: row[f"kv_mean_fraction_{c}"] for c in figures.CATEGORIES}
               for lab, (_, row) in zip(label, table.iterrows())}
         report.figure("memory_breakdown", figures.memory_breakdown(fr))
-        report.figure("preemptions", figures.preemptions(dict(zip(label, table.preemptions))))
+        preemptions_figure(report, dict(zip(label, table.preemptions)))
     if len(failed):
         report.heading("Failed runs")
         report.table("failed", failed[[c for c in ("run_id", *keys, "error") if c in failed]])
