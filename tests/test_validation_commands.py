@@ -84,6 +84,10 @@ def test_hash_block_size_on_a_mooncake_file_says_it_does_not_apply(tmp_path):
     _fails(["run", str(mc), "--hash-block-size", "16", "--quiet"], "does not apply")
     res = runner.invoke(app, ["trace", "stats", str(mc), "--hash-block-size", "512"])   # its own size: fine
     assert res.exit_code == 0, res.output
+    plain = _trace(tmp_path)                             # no block_hashes at all
+    for cmd in (["trace", "stats"], ["run"], ["compare"]):
+        _fails([*cmd, str(plain), "--hash-block-size", "16", *(["--quiet"] if cmd != ["trace", "stats"] else [])],
+               "--hash-block-size", "does not apply")
 
 
 def test_trace_stats_hash_block_size_zero_is_refused_without_numpy_warnings(tmp_path):

@@ -168,6 +168,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
     from kvsim.planning.ledger import json_summary
+    from kvsim.cli.trace import check_hash_flag
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.trace.formats import load_trace
 
@@ -197,6 +198,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             print_startup(cfg)
         note_ignored(vllm_extras()[1])
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        check_hash_flag(tr, hash_block_size, trace)
         if cfg.resolved().cache.prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
                 and not quiet:
             typer.echo(f"note: {trace}: block_hashes cover {tr.hash_block_size}-token blocks (Mooncake "
@@ -255,6 +257,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     models with sliding-window, chunked or Mamba layers also every layer paged as full attention and
     Jenga's allocator)."""
     from kvsim.cli.output import Progress, error, print_comparison, print_startup
+    from kvsim.cli.trace import check_hash_flag
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
     from kvsim.planning.ledger import json_summary
@@ -272,6 +275,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             print_startup(base)
         note_ignored(vllm_extras()[1])
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
+        check_hash_flag(tr, hash_block_size, trace)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
         systems = dict(COMPARED)

@@ -38,6 +38,13 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+def check_hash_flag(trace, hash_block_size: int | None, path: Path) -> None:
+    """`--hash-block-size` on a trace without block_hashes does not apply: refused, not ignored (a
+    Mooncake or CSV file is refused by the reader, kvsim.trace.formats.read_trace)."""
+    if hash_block_size is not None and trace.hash_offsets is None:
+        raise ValueError(f"--hash-block-size: does not apply to {path}, which has no block_hashes")
+
+
 @trace_app.command()
 def gen(
     preset: str = typer.Option(..., help=f"Length distribution: {'|'.join(PRESET_NAMES)} (sharegpt, alpaca: the "
@@ -170,6 +177,7 @@ def stats(
         if json_out is not None:
             check_output_file(json_out, "--json")
         trace, _ = read_trace(trace_path, format, hash_block_size=hash_block_size)
+        check_hash_flag(trace, hash_block_size, trace_path)
         s = trace.summary()
         if json_out is not None:
             write_text_atomic(json_out, json.dumps(s, indent=2) + "\n", "--json")
