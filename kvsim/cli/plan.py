@@ -139,8 +139,10 @@ def capacity(
                           "vLLM's; mean slots/req, max conc. and the contiguous rows size every layer as "
                           "full attention", highlight=False)
         if slo_limits:
+            import sys
             res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
-                              rel_tol=rel_tol, max_runs=max_runs, workers=workers, **flags)
+                              rel_tol=rel_tol, max_runs=max_runs, workers=workers,
+                              progress=lambda msg: print(msg, file=sys.stderr, flush=True), **flags)
             _print_rate(console, res)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
                            "curve": res.curve.to_dict("records")}
