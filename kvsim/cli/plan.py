@@ -202,8 +202,10 @@ def _print_rate(console, res) -> None:
     for r in res.curve.to_dict("records"):
         vals = [slo_value(r, m) for m in res.slo]
         norm = r.get("normalized_latency_s_per_token")
+        stop = r.get("stopped_early_s")
+        stopped = stop is not None and stop == stop   # (NaN in the curve's rows that ran to the end)
         t.add_row(f"{r['rate']:.3g}", "yes" if r["meets_slo"] else "no",
-                  *("-" if v is None else f"{v:.3g}" for v in vals),
+                  *(f"stopped at {stop:.0f} s" if stopped else "-" if v is None else f"{v:.3g}" for v in vals),
                   "-" if norm is None or norm != norm else f"{norm:.3g}",
                   f"{r.get('mean_batch_size', float('nan')):.1f}",
                   f"{r.get('kv_peak_allocated_fraction', float('nan')):.0%}",
