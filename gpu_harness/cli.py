@@ -259,10 +259,11 @@ def bookkeeping(out: Path = typer.Option(Path("bookkeeping.json"), "--out", help
                                          "(format kvsim-bookkeeping/1).")) -> None:
     """Time block-table building and copying and block allocation on this machine (seconds per entry,
     per copy, per block) for `kvsim tune-block-size --bookkeeping`."""
+    check_output_file(out, "--out")               # before the timing, not after
     backend = _backend()
     from gpu_harness.bookkeeping import time_bookkeeping
     bk = time_bookkeeping(backend.device)
-    write_text_atomic(out, bk.to_json() + "\n")
+    write_text_atomic(out, bk.to_json() + "\n", "--out")
     _console().print(f"entry {bk.entry_s * 1e9:.1f} ns, copy {bk.copy_fixed_s * 1e6:.1f} us + "
                   f"{bk.copy_bytes_per_s / 1e9:.2f} GB/s, block alloc/free {bk.alloc_free_s * 1e9:.0f} ns "
                   f"-> {out}")

@@ -19,6 +19,9 @@ Traces: `load_trace`, `generate_trace`, `rescale_trace`, `Trace`. Runs: `simulat
 `plot_latency_vs_rate`, `plot_block_size`, `plot_preemptions`, `plot_bars` (matplotlib Figures).
 Hybrid models: `kv_cache_plan` (vLLM 0.33's KV cache groups and start-up figures for a SimConfig),
 `HybridStudyPlan`, `run_hybrid_study` (layouts compared per model and workload), `hybrid_report`.
+Fleets: `simulate_fleet` (replicas behind a router), `FleetConfig`, `gpus_for_fleet` (replicas x TP for a
+rate, fleets simulated).
+Disaggregation: `simulate_disagg`, `disagg_summary`, `disagg_goodput` (colocated too), `KV_LINKS`.
 Each has a docstring with an example.
 """
 
@@ -50,6 +53,9 @@ _EXPORTS = {
     "max_rate": ("kvsim.planning.rate", "max_rate"),
     "RateResult": ("kvsim.planning.rate", "RateResult"),
     "gpus_for_rate": ("kvsim.planning.rate", "gpus_for_rate"),
+    "gpus_for_fleet": ("kvsim.planning.fleet_capacity", "gpus_for_fleet"),
+    "simulate_fleet": ("kvsim.fleet.sim", "simulate_fleet"),
+    "FleetConfig": ("kvsim.fleet.config", "FleetConfig"),
     "tune_block_size": ("kvsim.planning.tune", "tune_block_size"),
     "TuneResult": ("kvsim.planning.tune", "TuneResult"),
     "Bookkeeping": ("kvsim.planning.bookkeeping", "Bookkeeping"),
@@ -69,6 +75,10 @@ _EXPORTS = {
     "run_hybrid_study": ("kvsim.planning.hybrid_study", "run_study"),
     "hybrid_report": ("kvsim.planning.hybrid_report", "hybrid_report"),
     "kv_cache_plan": ("kvsim.engine.config", "kv_cache_plan"),
+    "simulate_disagg": ("kvsim.fleet.disagg_plan", "simulate_disagg"),
+    "disagg_goodput": ("kvsim.fleet.disagg_plan", "disagg_goodput"),
+    "disagg_summary": ("kvsim.fleet.disagg_slo", "disagg_summary"),
+    "KV_LINKS": ("kvsim.fleet.kv_link", "LINKS"),
 }
 
 __all__ = sorted([*_EXPORTS, "RUN_FLAGS"])

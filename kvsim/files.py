@@ -35,28 +35,76 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()     # what open(path, "w") would give a new file
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # exists but is another user's
+        return True
+    return True
+
+
+def clean_stale_temps(path: str | Path) -> None:
+    """Remove the temporary files `atomic_write` left beside `path` in runs that were killed (SIGKILL
+    skips every clean-up): `.NAME.PID.*.tmp` whose process PID is gone. Files of a live process (another
+    kvsim writing the same file) and names of any other shape are left alone."""
+    path = Path(path)
+    with suppress(OSError):
+        for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+            pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                with suppress(OSError):
+                    tmp.unlink()
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters taken literally."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def write_error(exc: OSError, path: Path, flag: str | None) -> Exception:
+    """The error to raise for `exc` while writing `path`: it names the final path (never the temporary
+    one) and, given, the flag that chose it (`--json out.json: No space left on device`)."""
+    reason = exc.strerror or str(exc)
+    if flag is not None:
+        return ValueError(f"{flag} {path}: cannot write: {reason}")
+    return OSError(exc.errno, f"cannot write: {reason}", str(path))
+
+
 @contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = None) -> Iterator[IO]:
+                 newline: str | None = None, flag: str | None = None) -> Iterator[IO]:
     """Open a temporary file beside `path` for writing; when the block ends normally it replaces
-    `path` in one rename, on any error (or KeyboardInterrupt) it is deleted and `path` is untouched."""
+    `path` in one rename, on any error (or KeyboardInterrupt) it is deleted and `path` is untouched.
+    The temporary name is unique (`.NAME.PID.RANDOM.tmp`); ones left by killed runs are removed first.
+    An OSError while writing (disk full, permission) names `path` and, given, `flag`."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    clean_stale_temps(path)
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding,
-                       newline=None if "b" in mode else newline) as f:
-            yield f
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as exc:
+        raise write_error(exc, path, flag) from None
+    try:
+        try:
+            with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding,
+                           newline=None if "b" in mode else newline) as f:
+                yield f
+            os.chmod(tmp, _FILE_MODE)
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.filename is not None and Path(exc.filename) != Path(tmp):
+                raise                      # the caller's own error (e.g. reading an input file)
+            raise write_error(exc, path, flag) from None
     except BaseException:
         with suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """`path.write_text(text)`, whole or not at all."""
-    with atomic_write(path) as f:
+def write_text_atomic(path: str | Path, text: str, flag: str | None = None) -> None:
+    """`path.write_text(text)`, whole or not at all (errors name `flag` and `path`, see atomic_write)."""
+    with atomic_write(path, flag=flag) as f:
         f.write(text)
 
 

@@ -37,7 +37,10 @@ def test_vllm_flag_names_equal_the_native_flags(tmp_path):
     assert config["cache"]["prefix_caching"] and config["scheduler"]["chunked_prefill"]
     assert config["scheduler"]["max_batched_tokens"] == 4096
     default = run(tmp_path, "default")[0]
-    assert default["deployment"]["tp"] == 1 and not default["cache"]["prefix_caching"]
+    # vLLM V1 caches prefixes unless told not to (issue 22 item 2): so does the vllm-v1 profile
+    assert default["deployment"]["tp"] == 1 and default["cache"]["prefix_caching"]
+    assert not run(tmp_path, "off", "--no-enable-prefix-caching")[0]["cache"]["prefix_caching"]
+    assert not run(tmp_path, "2023", "--engine-profile", "vllm-2023")[0]["cache"]["prefix_caching"]
     assert run(tmp_path, "short-tp", "-tp", "2")[0]["deployment"]["tp"] == 2
 
 

@@ -2,12 +2,12 @@
 defaults reproduced from their source rows, and bad files named by line and column."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from kvsim.cost import profiles
 from kvsim.cli.app import app
 from kvsim.cost.roofline import CostModel
 from kvsim.cost.profile_fit import fit_cpu, read_cpu_times
@@ -53,12 +53,46 @@ def test_step_times_have_the_kernel_time_subtracted(tmp_path):
     assert json.loads((tmp_path / "fit.json").read_text())["base"] == "vllm-v1"
 
 
-def test_shipped_defaults_are_the_fits_of_their_source_rows():
-    v0 = fit_cpu(*read_cpu_times(ROOT / "calibration" / "vidur-a100-vllm-v0-cpu.csv"))
-    v1 = fit_cpu(*read_cpu_times(ROOT / "calibration" / "vidur-a100-vllm-v1-cpu.csv"))
-    assert (round(v0.cpu_step_s, 5), round(v0.cpu_seq_s, 6)) == (profiles.VLLM_V0_CPU_STEP_S, profiles.VLLM_V0_CPU_SEQ_S)
-    assert (round(v1.cpu_step_s, 6), round(v1.cpu_seq_s, 6)) == (profiles.VLLM_V1_CPU_STEP_S, profiles.VLLM_V1_CPU_SEQ_S)
-    assert PROFILES["vllm-2023"].cpu_seconds(64) == pytest.approx(2.02e-3 + 64 * 1.71e-4)
+@pytest.mark.parametrize("profile, variant, rows", [
+    ("vllm-2023", "central", "vidur-a100-vllm-v0-cpu-median.csv"),
+    ("vllm-2023", "low", "vidur-a100-2024-05-vllm-v0-cpu-median.csv"),
+    ("vllm-2023", "high", "vidur-a100-vllm-v0-cpu.csv"),
+    ("vllm-v1", "central", "vidur-a100-vllm-v1-cpu-median.csv"),
+    ("vllm-v1", "low", "vidur-a100-2024-05-vllm-v1-cpu-median.csv"),
+    ("vllm-v1", "high", "vidur-a100-vllm-v1-cpu.csv"),
+])
+def test_shipped_variants_are_the_fits_of_their_source_rows(profile, variant, rows):
+    fit = fit_cpu(*read_cpu_times(ROOT / "calibration" / rows))
+    p = get_profile(f"{profile}:{variant}")
+    assert p.cpu_step_s == pytest.approx(fit.cpu_step_s, rel=6e-3) and p.cpu_seq_s == pytest.approx(fit.cpu_seq_s, rel=6e-3)
+    assert p.name == f"{profile}:{variant}" and p.variant == variant
+    assert p.separate_prefill == PROFILES[profile].separate_prefill       # the variant changes CPU time only
+
+
+def test_median_rows_are_the_sum_of_their_phases():
+    # cpu_ms of the median files is schedule + sampler + prepare inputs + process outputs (v0) or
+    # schedule + prepare inputs (v1), read off Vidur's *_MEDIAN columns
+    for name in ("vidur-a100-vllm-v0-cpu-median.csv", "vidur-a100-2024-05-vllm-v0-cpu-median.csv",
+                 "vidur-a100-vllm-v1-cpu-median.csv"):
+        lines = (ROOT / "calibration" / name).read_text().splitlines()[1:]
+        for line in lines:
+            cells = [float(x) for x in line.split(",")]
+            assert cells[1] == pytest.approx(sum(cells[2:]), abs=2e-4)
+    # Vidur Jan 2024, batch 64, medians: 0.9522 + 1.3703 + 1.1630 + 4.1083 ms
+    row64 = (ROOT / "calibration" / "vidur-a100-vllm-v0-cpu-median.csv").read_text().splitlines()[-1]
+    assert row64.startswith("64,7.5937")
+
+
+def test_plain_name_is_central_and_bad_variants_are_one_line():
+    assert get_profile("vllm-2023") == replace(get_profile("vllm-2023:central"), name="vllm-2023")
+    # central at batch 150: 1.20 ms + 150 x 0.100 ms = 16.2 ms (the old means fit gave 27.7 ms)
+    assert get_profile("vllm-2023").cpu_seconds(150) == pytest.approx(16.2e-3, rel=1e-3)
+    with pytest.raises(ValueError, match="no variant 'mid'; variants: one of low, central, high"):
+        get_profile("vllm-2023:mid")
+    with pytest.raises(ValueError, match="has no variant 'low'"):
+        get_profile("ideal:low")
+    res = runner.invoke(app, ["run", "x.jsonl", "--engine-profile", "vllm-v1:huge"])
+    assert res.exit_code == 2 and "no variant 'huge'" in res.output, res.output
 
 
 @pytest.mark.parametrize("text, message", [

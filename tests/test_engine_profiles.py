@@ -52,8 +52,8 @@ def test_cpu_time_is_fixed_plus_per_sequence_per_step():
     assert one.requests.finished_s.tolist() == [5.25] and one.requests.first_token_s.tolist() == [1.75]
     two = run([(0.0, 10, 3), (0.0, 10, 3)], profile)   # 3 steps of 1 + 0.5 + 0.25 x 2
     assert two.requests.finished_s.tolist() == [6.0, 6.0]
-    real = run([(0.0, 10, 3)], "vllm-v1")          # the shipped constants: 0.345 ms + 29 us per sequence
-    assert real.requests.finished_s.tolist() == [pytest.approx(3 * (C + 3.45e-4 + 2.9e-5))]
+    real = run([(0.0, 10, 3)], "vllm-v1")          # the shipped constants: 0.241 ms + 29.4 us per sequence
+    assert real.requests.finished_s.tolist() == [pytest.approx(3 * (C + 2.41e-4 + 2.94e-5))]
     ideal = run([(0.0, 10, 3)], "ideal")           # kernels only: the constant cost alone
     assert ideal.requests.finished_s.tolist() == [3 * C]
 
@@ -63,10 +63,10 @@ def test_profiles_set_the_kernel_model_paged_penalty_and_step_overhead():
     cfg = SimConfig(DEP, CacheConfig(kv_gib=1), SchedulerConfig(), engine_profile="ideal")
     steps = {p: simulate(trace, replace(cfg, engine_profile=p)).steps.duration_s.to_numpy() for p in PROFILES}
     kernel = CostModel(DEP, 16, paged=False, step_overhead_s=0.0)
-    # vllm-v1: today's paged kernels (no penalty), no fixed kernel overhead, CPU 0.345 ms + 29 us
-    assert steps["vllm-v1"][1] == pytest.approx(kernel.step_time(0, 0, 1, 101) + 3.45e-4 + 2.9e-5)
+    # vllm-v1: today's paged kernels (no penalty), no fixed kernel overhead, CPU 0.241 ms + 29.4 us
+    assert steps["vllm-v1"][1] == pytest.approx(kernel.step_time(0, 0, 1, 101) + 2.41e-4 + 2.94e-5)
     penalised = CostModel(DEP, 16, paged=True, step_overhead_s=0.0)
-    assert steps["vllm-2023"][1] == pytest.approx(penalised.step_time(0, 0, 1, 101) + 2.02e-3 + 1.71e-4)
+    assert steps["vllm-2023"][1] == pytest.approx(penalised.step_time(0, 0, 1, 101) + 1.20e-3 + 1.00e-4)
     assert steps["ideal"][1] == pytest.approx(penalised.step_time(0, 0, 1, 101) + 2e-3)
 
 

@@ -29,7 +29,7 @@ class PrefillDecodeCost:
     def step_time(self, prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens):
         return self.prefill_s if prefill_tokens else self.decode_s
 
-    def swap_time(self, num_tokens):
+    def swap_time(self, num_tokens, num_blocks=0):
         return 0.0
 
 

@@ -7,7 +7,8 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NAMES = ("block_size.ipynb", "allocators.ipynb", "capacity.ipynb", "hybrid_models.ipynb")
+NAMES = ("block_size.ipynb", "allocators.ipynb", "capacity.ipynb", "hybrid_models.ipynb", "disaggregation.ipynb",
+         "fleet.ipynb")
 
 
 @pytest.mark.parametrize("name", NAMES)

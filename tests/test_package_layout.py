@@ -116,6 +116,19 @@ def test_only_the_scheduler_reaches_the_allocators():
     assert "kvsim.engine.step" not in users
 
 
+def test_fleet_sits_between_the_engine_and_planning():
+    """kvsim.fleet runs several engines: it may import the engine (and what the engine may), never the
+    allocators directly, planning or the CLI; nothing below it (trace, specs, cost, alloc, engine)
+    imports it."""
+    graph = import_graph(ROOT / "kvsim")
+    below = ("kvsim.trace", "kvsim.specs", "kvsim.cost", "kvsim.alloc", "kvsim.engine")
+    for m, deps in graph.items():
+        if m.startswith("kvsim.fleet"):
+            assert not {d for d in deps if d.startswith(("kvsim.alloc", "kvsim.planning", "kvsim.cli"))}, m
+        elif m.startswith(below):
+            assert not {d for d in deps if d.startswith("kvsim.fleet")}, m
+
+
 def test_no_torch_or_triton_in_kvsim_and_no_simpy_under_the_harness():
     graph = import_graph(ROOT / "kvsim")
     for name, path in module_names(ROOT / "kvsim").items():
@@ -163,3 +176,14 @@ def _walk_unguarded(node: ast.AST):
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
+
+
+def test_the_fleet_reaches_replicas_only_through_their_schedulers():
+    """kvsim.fleet (replicas, router, disaggregation) sits on the engine: it builds each replica with
+    `kvsim.engine.build` and asks its scheduler; it never imports kvsim.alloc, and nothing below
+    planning/cli (and `kvsim` itself) imports it."""
+    graph = import_graph(ROOT / "kvsim")
+    fleet = {m for m in graph if m == "kvsim.fleet" or m.startswith("kvsim.fleet.")}
+    assert not {d for m in fleet for d in graph[m] if d == "kvsim.alloc" or d.startswith("kvsim.alloc.")}
+    users = {m for m, deps in graph.items() if m not in fleet and deps & fleet}
+    assert all(m == "kvsim" or m.startswith(("kvsim.planning", "kvsim.cli")) for m in users), users

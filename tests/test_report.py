@@ -91,7 +91,9 @@ def test_sweep_report_from_a_sweep_table(tmp_path):
 
 
 def test_paper_quick_writes_every_section(tmp_path):
-    res = run_paper(QUICK, workers=1)
+    from dataclasses import replace
+    res = run_paper(replace(QUICK, variants=("low",)), workers=1)
+    assert list(res.variants) == ["vllm-2023:low"] and len(res.variants["vllm-2023:low"]) == 3
     assert set(res.curves.system) >= {"vLLM (paged)", "Orca (Oracle)", "Orca (Pow2)", "Orca (Max)",
                                       "FasterTransformer (static)"}
     caps = res.capacities.set_index(["preset", "system"]).capacity_rps
@@ -100,7 +102,7 @@ def test_paper_quick_writes_every_section(tmp_path):
     out = write_report(paper_report(res), tmp_path / "p")
     md = (out / "report.md").read_text()
     for heading in ("Capacity", "Memory breakdown", "Block size", "Recompute against swap", "Published",
-                    "Where we differ"):
+                    "Where we differ", "CPU-time variants", "ShareGPT capacity paged / oracle", "1.7x-2.7x"):
         assert heading in md
 
 

@@ -43,11 +43,12 @@ def test_swap_out_and_back_in_with_its_pcie_time():
     assert p[0].allocated == [(0, 0), (1, 0)] and p[1].tables == {0: [0, 2], 1: [1, 3]}
     out = p[5]                     # request 1 (admitted last) goes to CPU: 8 tokens, 1 + 8 x 0.125 s
     assert (out.preempted, out.swapped_out, out.freed, out.swap_tokens) == ([1], [1], [1], 8)
+    assert out.swap_blocks == 2    # 8 tokens in blocks of 4: two copies (vLLM v0 copies block by block)
     assert out.durations == [2.0] and out.decodes == [0] and out.finished == [0]
     assert out.tables == {0: [0, 2, 3]}        # request 0 took the block request 1 gave back
     back = p[6]                    # back in 3 blocks, decoding its last token in the same step
     assert (back.swapped_in, back.allocated, back.decodes, back.finished) == ([1], [(1, 0)], [1], [1])
-    assert back.swap_tokens == 8 and back.tables == {1: [1, 3, 2]}
+    assert back.swap_tokens == 8 and back.tables == {1: [1, 3, 2]} and back.swap_blocks == 2
 
 
 def test_nothing_to_run_is_none():

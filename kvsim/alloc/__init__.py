@@ -23,13 +23,14 @@ __all__ = ["ALLOCATORS", "PLACEMENTS", "RESERVE_POLICIES", "AllocationError", "A
 def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_seq_len: int = 2048,
                    reserve: str = "max", placement: str = "buddy", prefix_caching: bool = False,
                    groups=None, max_in_flight_tokens: int = 0, prefill_chunk_tokens: int | None = None,
-                   pool_bytes: int = 0):
+                   pool_bytes: int = 0, cpu_tier_blocks: int = 0):
     """An allocator over `capacity_tokens` slots: "paged" gets capacity_tokens // block_size blocks
     (the remainder is unused), "contiguous" uses `max_seq_len`, `reserve` and `placement`; "hybrid"
     (`kvsim.alloc.hybrid.HybridAllocator`) gets capacity_tokens // block_size blocks shared by `groups`
     (GroupSpecs), `max_seq_len` as vLLM's max_model_len, `max_in_flight_tokens` and `prefill_chunk_tokens`;
     "jenga" (`kvsim.alloc.jenga.JengaAllocator`) sizes itself from `pool_bytes` (KV bytes per GPU) and its
-    `groups` (JengaGroups, each with its page bytes), ignoring `capacity_tokens`, else as "hybrid"."""
+    `groups` (JengaGroups, each with its page bytes), ignoring `capacity_tokens`, else as "hybrid".
+    `cpu_tier_blocks`: paged with prefix caching only, a CPU tier of that many blocks (`cpu_tier`)."""
     if kind == "jenga":
         from .jenga import JengaAllocator
         if not groups or pool_bytes < 1:
@@ -43,7 +44,8 @@ def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_se
         return HybridAllocator(capacity_tokens // block_size, block_size, groups, max_seq_len,
                                max_in_flight_tokens, prefill_chunk_tokens, prefix_caching)
     if kind == "paged":
-        return PagedAllocator(capacity_tokens // block_size, block_size, prefix_caching=prefix_caching)
+        return PagedAllocator(capacity_tokens // block_size, block_size, prefix_caching=prefix_caching,
+                              cpu_tier_blocks=cpu_tier_blocks)
     if kind == "contiguous":
         return ContiguousAllocator(capacity_tokens, max_seq_len, reserve=reserve, placement=placement)
     raise ValueError(f"unknown allocator {kind!r}; known: {', '.join(ALLOCATORS)}, hybrid, jenga")

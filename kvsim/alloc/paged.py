@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .base import AllocationError
+from .cpu_tier import CpuTier
 from .paged_append import PagedAppends
 from .paged_stats import PagedStats
 from .paged_window import PagedTicks, PagedWindows
@@ -61,7 +62,9 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
     Growth (`append`, `append_each`) is in `paged_append.py`, queries, memory accounting and checks
     in `paged_stats.py`, the fast-forward and the lazy ticks of a decoding batch in `paged_window.py`."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
+                 cpu_tier_blocks: int = 0) -> None:
+        """`cpu_tier_blocks`: blocks of a CPU tier keeping what the prefix cache evicts (kvsim/alloc/cpu_tier.py)."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks} and {block_size}")
         self.num_blocks = num_blocks
@@ -71,7 +74,8 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
         self._free: deque[int] = deque()   # released plain free blocks below _top, taken from the left
         self._ref: list[int] = []          # block id (< _top) -> number of tables holding it
         self._seqs: dict[int, _Seq] = {}
-        self._cache = PrefixCache() if prefix_caching else None
+        self.cpu_tier = CpuTier(cpu_tier_blocks) if prefix_caching and cpu_tier_blocks else None
+        self._cache = PrefixCache(self.cpu_tier) if prefix_caching else None
         self._sum_tokens = 0
         self._sum_reach = 0
         self._sum_blocks = 0
@@ -116,7 +120,9 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
             self._sum_blocks += num_new
             return 0
         hashes, hits = self._prefix(num_tokens, block_hashes, seq_id) if cache is not None else ([], [])
-        hold = num_tokens if hold_tokens is None else max(hold_tokens, len(hits) * bs)
+        loads = self._cpu_hits(hashes, hits, num_tokens) if self.cpu_tier is not None else 0
+        cached = (len(hits) + loads) * bs
+        hold = num_tokens if hold_tokens is None else max(hold_tokens, cached)
         if hold < 1 or hold > num_tokens:
             raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
         num_new = -(-hold // bs) - len(hits)
@@ -124,6 +130,8 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
         if num_new > self.num_free_blocks - evictable_hits:
             raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, "
                                   f"{self.num_free_blocks - evictable_hits} free")
+        if loads:                        # (before taking blocks: evictions then land in the tier too)
+            self.cpu_tier.load(hashes, len(hits), loads, bs)
         ref = self._ref
         for block in hits:               # hits are full blocks
             if ref[block] == 0:
@@ -139,7 +147,7 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
         self._sum_tokens += hold
         self._sum_reach += min(final, len(table) * bs)
         self._sum_blocks += len(table)
-        return len(hits) * bs
+        return cached
 
     def can_fork(self, parent_id: int) -> bool:
         """Forking shares every block, so it needs no free block (copy-on-write happens on append)."""

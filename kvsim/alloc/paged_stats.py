@@ -68,9 +68,21 @@ class PagedStats:
     def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> tuple[int, int]:
         """(cached tokens, free blocks needed) to allocate a sequence of `num_tokens` slots now: a hit
         on an evictable block takes it out of the free blocks too (vLLM counts it the same way)."""
-        _, hits = self._prefix(num_tokens, block_hashes, salt)
+        hashes, hits = self._prefix(num_tokens, block_hashes, salt)
         evictable = sum(self._cache.is_evictable(b) for b in hits) if hits else 0
-        return len(hits) * self.block_size, -(-num_tokens // self.block_size) - len(hits) + evictable
+        loads = self._cpu_hits(hashes, hits, num_tokens) if self.cpu_tier is not None else 0
+        return (len(hits) + loads) * self.block_size, -(-num_tokens // self.block_size) - len(hits) + evictable
+
+    def _cpu_hits(self, hashes: list[int], hits: list[int], num_tokens: int) -> int:
+        """Blocks after the GPU hits `hits` of shareable `hashes` that the CPU tier holds (loaded, not
+        computed: each still takes a fresh GPU block), within the at most floor((num_tokens - 1) /
+        block_size) blocks a sequence may hit."""
+        stop = min(len(hashes), (num_tokens - 1) // self.block_size)
+        return self.cpu_tier.count(hashes, len(hits), stop) if len(hits) < stop else 0
+
+    def take_loaded_tokens(self) -> int:
+        """Tokens loaded from the CPU tier since the last call (0 without one)."""
+        return self.cpu_tier.take_loaded_tokens() if self.cpu_tier is not None else 0
 
     def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
         """Leading tokens of a sequence of `num_tokens` slots the prefix cache holds now (whole

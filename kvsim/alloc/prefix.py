@@ -52,7 +52,9 @@ class PrefixCache:
     stop one block short of the sequence's end, next to the cached original); a lookup takes the
     first cached of them, and each stays cached until it is evicted itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, tier=None) -> None:
+        """`tier`: a `kvsim.alloc.cpu_tier.CpuTier` that keeps the hashes this cache evicts (None: none)."""
+        self.tier = tier
         self._blocks_of: dict[int, dict[int, None]] = {}   # chained hash -> its blocks, first cached first
         self._hash_of: dict[int, int] = {}                  # cached block id -> chained hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
@@ -105,6 +107,8 @@ class PrefixCache:
         del blocks[block]
         if not blocks:
             del self._blocks_of[h]
+        if self.tier is not None:
+            self.tier.put(h)
         return block
 
     def evictable_blocks(self) -> list[int]:

@@ -17,8 +17,13 @@ import typer
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
+from kvsim.cli.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
+                             fleet_config, print_fleet, run_one)
 from kvsim.cli.lazy import RootGroup
+from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
+                              TpotSloOpt, TtftSloOpt)
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
 app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
@@ -79,8 +84,9 @@ ProfileOpt = typer.Option("vllm-v1", "--engine-profile", help="Serving engine si
                           "`kvsim calibrate-engine`.")
 PreemptOpt = typer.Option(Preemption.recompute, "--preemption", help="How to evict when memory runs out.")
 SwapOpt = typer.Option(4.0, "--swap-gib", "--swap-space", min=0.0, help="CPU swap space per GPU, GiB.")
-PrefixOpt = typer.Option(False, "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching",
-                         help="Reuse cached prompt blocks.")
+PrefixOpt = typer.Option(None, "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching",
+                         help="Reuse cached prompt blocks (default: the engine profile's; on for vllm-v1 with "
+                         "the paged allocators, as vLLM V1; --no-enable-prefix-caching turns it off).")
 KvDtypeOpt = typer.Option("auto", "--kv-cache-dtype", help="KV cache element type: auto (the model's), "
                           "fp16, bf16 or fp8.")
 CalOpt = typer.Option(None, "--calibration", help="Calibration JSON from `kvsim harness calibrate`.")
@@ -97,6 +103,9 @@ MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
            max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
            force_calibration, seed, kv_cache_dtype="auto", max_model_len=None, engine_profile="vllm-v1"):
+    """The run's SimConfig from the command's flags and the vLLM flags it does not declare itself
+    (`kvsim.cli.vllm_args`: --dtype, --quantization, --enforce-eager, ...)."""
+    from kvsim.cli.vllm_args import vllm_extras
     from kvsim.cost.calibration import load_calibration
     from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
     from kvsim.cost.profiles import get_profile
@@ -106,15 +115,20 @@ def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block
     spec = load_hf_config(model_config) if model_config else get_model(model)
     spec = spec.with_kv_cache_dtype(kv_cache_dtype).with_max_model_len(max_model_len)
     cal = load_calibration(calibration, force=force_calibration) if calibration else None
-    return SimConfig(
+    cfg = SimConfig(
         deployment=Deployment(spec, get_gpu(gpu), tp),
         cache=CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
                           gpu_mem_util=gpu_mem_util, swap_gib=swap_gib, prefix_caching=prefix_caching),
         scheduler=SchedulerConfig(max_num_seqs, max_batched_tokens, chunked_prefill, preemption.value),
         calibration=cal, seed=seed, engine_profile=get_profile(engine_profile))
+    extra, _ = vllm_extras()
+    if extra:
+        from kvsim.planning.runs import make_config
+        cfg = make_config(cfg, **extra)
+    return cfg
 
 
-@app.command()
+@app.command(cls=VllmCommand)
 def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
         gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
         num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
@@ -124,7 +138,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         placement: Placement = typer.Option(Placement.buddy, "--placement", help="Contiguous placement."),
         block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
         chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
-        prefix_caching: bool = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
+        prefix_caching: Optional[bool] = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
         max_model_len: Optional[int] = MaxLenOpt, engine_profile: str = ProfileOpt,
         calibration: Optional[Path] = CalOpt,
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
@@ -145,15 +159,21 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                                      "a trace's output_tokens_per_sample wins."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json, config.json, "
                                            "requests.csv and steps.csv."),
-        quiet: bool = QuietOpt) -> None:
+        prefill_replicas: Optional[int] = PrefillReplicasOpt, decode_replicas: Optional[int] = DecodeReplicasOpt,
+        prefill_tp: Optional[int] = PrefillTpOpt, decode_tp: Optional[int] = DecodeTpOpt,
+        kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt, tpot_slo: float = TpotSloOpt,
+        replicas: int = ReplicasOpt, router: str = RouterOpt, bal_abs: int = BalanceAbsOpt, bal_rel: float = BalanceRelOpt,
+        cache_thr: float = CacheThresholdOpt, cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
-    from kvsim.engine.sim import simulate
+    from kvsim.planning.ledger import json_summary
+    from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.trace.formats import load_trace
 
     steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
     try:
+        fleet = fleet_config(replicas, router, bal_abs, bal_rel, cache_thr, out)
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -162,16 +182,22 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile)
-        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value,
+        cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value, cpu_kv_gib=cpu_kv_gib,
                                          placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
+        if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.disagg
+            from kvsim.cli.disagg import run_disaggregated
+            return run_disaggregated(cfg, trace, lambda: load_trace(trace, trace_format), max_requests,
+                                     prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link,
+                                     ttft_slo, tpot_slo, json_out, quiet, out)
         if not quiet:
             print_startup(cfg)
+        note_ignored(vllm_extras()[1])
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
-        if prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
+        if cfg.resolved().cache.prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
                 and not quiet:
             typer.echo(f"note: {trace}: block_hashes cover {tr.hash_block_size}-token blocks (Mooncake "
                        f"hash_ids); each splits into {block_size}-token blocks", err=True)
@@ -179,7 +205,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
-            result = simulate(tr, cfg, progress, keep_steps=False, step_sink=steps_csv)
+            result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.fleet)
     except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
@@ -187,13 +213,15 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             raise
         error(str(exc))
     warn_swap_fallbacks(result.summary, cfg.cache.swap_gib)
+    result.summary.update(json_summary({}, cfg, vllm_extras()[1]))   # the memory ledger, in both files
     if out is not None:
         write_outputs(out, result, cfg, steps_csv)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(result.summary, indent=2))
+        write_text_atomic(json_out, json.dumps(result.summary, indent=2), "--json")
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}")
+        print_fleet(result.summary)              # (a fleet's replicas and routing; nothing for one engine)
 
 
 #: The configurations `kvsim compare` puts side by side (vLLM paper section 6 baselines).
@@ -212,13 +240,13 @@ COMPARED_HYBRID = {
 }
 
 
-@app.command()
+@app.command(cls=VllmCommand)
 def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
             gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
             num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
             block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
             chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt,
-            swap_gib: float = SwapOpt, prefix_caching: bool = PrefixOpt,
+            swap_gib: float = SwapOpt, prefix_caching: Optional[bool] = PrefixOpt,
             kv_cache_dtype: str = KvDtypeOpt, max_model_len: Optional[int] = MaxLenOpt,
             engine_profile: str = ProfileOpt, calibration: Optional[Path] = CalOpt, force_calibration: bool = ForceCalOpt,
             trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
@@ -226,11 +254,13 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     """Run paged, the three contiguous reservations and static batching on TRACE, side by side (for
     models with sliding-window, chunked or Mamba layers also every layer paged as full attention and
     Jenga's allocator)."""
-    from kvsim.cli.output import Progress, error, print_comparison
+    from kvsim.cli.output import Progress, error, print_comparison, print_startup
+    from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
+    from kvsim.planning.ledger import json_summary
     from kvsim.trace.formats import load_trace
 
-    summaries = {}
+    summaries, written = {}, {}
     try:
         if json_out is not None:
             check_output_file(json_out, "--json")
@@ -238,6 +268,9 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
                       max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                       prefix_caching, calibration, force_calibration, 0, kv_cache_dtype, max_model_len,
                       engine_profile)
+        if not quiet:
+            print_startup(base)
+        note_ignored(vllm_extras()[1])
         tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
@@ -253,12 +286,11 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet,
                           label=name) as progress:
                 summaries[name] = simulate(tr, cfg, progress, keep_steps=False).summary
-            if json_out is not None:   # partial results survive an error in a later run
-                json_out.write_text(json.dumps(summaries, indent=2))
+            written[name] = json_summary(summaries[name], cfg, vllm_extras()[1])
     except ValueError as exc:
         error(str(exc))
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(summaries, indent=2))
+        write_text_atomic(json_out, json.dumps(written, indent=2), "--json")   # whole, at the end
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
                          f"{base.deployment.tp} x {base.deployment.gpu.name}")

@@ -37,7 +37,7 @@ LAZY: dict[str, LazyCommand] = {
         "How much fits: KV cache size (tokens, blocks) and concurrency per allocator; with --slo the highest "
         "rate (req/s) meeting it, its latency-against-rate curve and what limits it; with --gpus-for the GPUs."),
     "sweep": LazyCommand(
-        "kvsim.cli.plan:sweep",
+        "kvsim.cli.sweep:sweep",
         "Run a grid of configurations on TRACE or a --preset: one row per run (every config field and "
         "summary metric; failed runs with their error) in Parquet and CSV, written as runs finish."),
     "tune-block-size": LazyCommand(
@@ -50,12 +50,12 @@ LAZY: dict[str, LazyCommand] = {
         "allocator, batch size and KV usage over time, latency against rate, waste and throughput against "
         "block size, and preemptions; from a trace and deployment, or from a sweep table."),
     "paper": LazyCommand(
-        "kvsim.cli.report:paper_cmd",
+        "kvsim.cli.studies:paper_cmd",
         "The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate "
         "per system, memory breakdown, batched requests, block size, recompute against swap; our numbers beside "
         "the published ones."),
     "hybrid-study": LazyCommand(
-        "kvsim.cli.report:hybrid_study_cmd",
+        "kvsim.cli.studies:hybrid_study_cmd",
         "Hybrid models (gpt-oss, Gemma 3, Llama 4) under uniform pages, vLLM's hybrid KV cache manager and "
         "contiguous reservations: start-up figures, simulated batch and KV per request; Jenga's published "
         "figures beside ours."),
@@ -80,8 +80,9 @@ def load(name: str):
     parent = typer.Typer(add_completion=False, rich_markup_mode=None)
     if isinstance(obj, typer.Typer):
         parent.add_typer(obj, name=name)
-    else:
-        parent.command(name)(obj)
+    else:   # commands that simulate or size take a pasted vLLM command line (kvsim.cli.vllm_args)
+        from kvsim.cli.vllm_args import VllmCommand
+        parent.command(name, cls=VllmCommand if getattr(obj, "accepts_vllm_flags", False) else None)(obj)
     command = typer.main.get_command(parent)
     return command.commands[name] if isinstance(command, TyperGroup) else command
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
@@ -25,7 +26,7 @@ PROGRESS_AFTER_S = 2.0
 
 def error(message: str, code: int = 2) -> None:
     """Print `message` on stderr and exit with `code` (non-zero)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -128,36 +129,57 @@ def print_comparison(summaries: dict[str, dict], title: str) -> None:
 
 class StepsCsv:
     """A `simulate(step_sink=...)` that streams the step rows to `path` as they come (memory does not
-    grow with the steps): written to a temporary name next to it, renamed by `commit()`."""
+    grow with the steps): written to a unique temporary name next to it (`.steps.csv.PID.RANDOM.tmp`,
+    see kvsim.files.atomic_write), renamed by `commit()`. Write errors name `flag` and `path`."""
 
-    def __init__(self, path: Path):
-        self.path, self.tmp = path, path.with_name(f".{path.name}.tmp")
+    def __init__(self, path: Path, flag: str = "--out"):
+        self.path, self.flag, self.tmp = path, flag, None
         self._file = None
+
+    def _open(self, header) -> None:
+        import os
+        import tempfile
+        from kvsim.files import clean_stale_temps
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(self.path)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.{os.getpid()}.",
+                                   suffix=".tmp")
+        self.tmp = Path(tmp)
+        self._file = os.fdopen(fd, "w")
+        self._file.write(",".join(header) + "\n")
 
     def __call__(self, columns: dict) -> None:
         """Append one chunk of rows (numpy columns in `kvsim.engine.metrics.STEP_COLUMNS` order)."""
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.tmp.open("w")
-            self._file.write(",".join(columns) + "\n")
-        # repr for floats and str for ints: what pandas' to_csv writes
-        text = [list(map(repr if col.dtype.kind == "f" else str, col.tolist())) for col in columns.values()]
-        self._file.write("".join(",".join(row) + "\n" for row in zip(*text)))
+        try:
+            if self._file is None:
+                self._open(columns)
+            # repr for floats and str for ints: what pandas' to_csv writes
+            text = [list(map(repr if col.dtype.kind == "f" else str, col.tolist())) for col in columns.values()]
+            self._file.write("".join(",".join(row) + "\n" for row in zip(*text)))
+        except OSError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: OSError) -> Exception:
+        from kvsim.files import write_error
+        return write_error(exc, self.path, self.flag)
 
     def commit(self) -> None:
         """Close the file and move it into place (a header only when there were no steps)."""
-        if self._file is None:
-            from kvsim.engine.metrics import STEP_COLUMNS
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.tmp.open("w")
-            self._file.write(",".join(STEP_COLUMNS) + "\n")
-        self._file.close()
-        self.tmp.replace(self.path)
+        try:
+            if self._file is None:
+                from kvsim.engine.metrics import STEP_COLUMNS
+                self._open(STEP_COLUMNS)
+            self._file.close()
+            self.tmp.replace(self.path)
+        except OSError as exc:
+            raise self._error(exc) from None
 
     def discard(self) -> None:
         """Close and remove the temporary file (the run failed)."""
         if self._file is not None:
-            self._file.close()
+            from contextlib import suppress
+            with suppress(OSError):
+                self._file.close()
             self.tmp.unlink(missing_ok=True)
 
 
@@ -170,12 +192,12 @@ def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | None = None) -> 
             if steps_csv is not None:
                 steps_csv.commit()
             else:
-                with atomic_write(folder / "steps.csv", newline="") as f:
+                with atomic_write(folder / "steps.csv", newline="", flag="--out") as f:
                     result.steps.to_csv(f, index=False)
-            with atomic_write(folder / "requests.csv", newline="") as f:
+            with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
                 result.requests.to_csv(f, index=False)
-            write_text_atomic(folder / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
-            write_text_atomic(folder / "summary.json", json.dumps(result.summary, indent=2))
+            write_text_atomic(folder / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str), "--out")
+            write_text_atomic(folder / "summary.json", json.dumps(result.summary, indent=2), "--out")
     except BaseException:
         if steps_csv is not None:
             steps_csv.discard()
@@ -196,7 +218,11 @@ def print_startup(cfg) -> None:
            if profile.cpu_step_s or profile.cpu_seq_s else "no CPU time beyond the kernels' step overhead")
     blocks = f" ({capacity // block:,} blocks of {block})" if paged else " (contiguous)"
     per_request = -(-max_len // block) * block if paged else max_len
-    console.print(f"INFO engine profile {profile.name}: {policy}{chunked}, {cpu}", highlight=False)
+    prefix = ", prefix caching" if resolved.cache.prefix_caching else ""
+    console.print(f"INFO engine profile {profile.name}: {policy}{chunked}{prefix}, {cpu}", highlight=False)
+    from kvsim.planning.ledger import ledger_lines, memory_ledger
+    for line in ledger_lines(memory_ledger(cfg))[:3]:        # weights, memory split, KV memory
+        console.print(f"INFO {line}", highlight=False)
     if print_hybrid_startup(cfg, capacity):
         return
     console.print(f"INFO KV cache size: {capacity:,} tokens{blocks}, "

@@ -1,4 +1,4 @@
-"""`kvsim capacity` and `kvsim sweep`: the capacity-planning commands (registered by kvsim.cli.app).
+"""`kvsim capacity` (and the helpers `kvsim sweep` shares): capacity planning (registered by kvsim.cli.lazy).
 
 Heavy modules (pandas, the simulator, Ray) load inside the commands, so `kvsim --help` stays fast. Bad
 input — an SLO no rate meets, an empty grid, an unknown flag in a grid, a Ray address that does not
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -17,6 +16,8 @@ from typing import Iterator, List, Optional
 import typer
 
 from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+from kvsim.cli.disagg import (AttainmentOpt, DisaggSearchOpt, KvLinkOpt, MaxGpusOpt, TpotSloOpt, TtftSloOpt,
+                              capacity_disagg)
 
 TraceArg = typer.Argument(None, metavar="[TRACE]", help="Trace file (kvsim JSONL, Azure CSV, Mooncake "
                           "JSONL, Vidur CSV); default: a synthetic trace of --preset.")
@@ -57,11 +58,10 @@ def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
     return out
 
 
-def _write_json(path: Path, data) -> None:
-    """`data` as JSON at `path`, whole or not at all."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+def _write_json(path: Path, data, flag: str = "--json") -> None:
+    """`data` as JSON at `path`, whole or not at all (errors name `flag` and `path`)."""
+    from kvsim.files import write_text_atomic
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n", flag)
 
 
 def capacity(
@@ -86,6 +86,9 @@ def capacity(
     gpus_for: Optional[float] = typer.Option(None, "--gpus-for", metavar="RATE", help="Requests per second "
                                              "to serve: adds the smallest TP degree and replicas (needs --slo)."),
     tp_options: str = typer.Option("1,2,4,8", "--tp-options", help="TP degrees tried by --gpus-for."),
+    router: Optional[str] = typer.Option(None, "--router", help="With --gpus-for: search replicas x TP by "
+                                         "simulating the whole fleet behind this router (round-robin, "
+                                         "least-requests, least-kv, prefix-aware) instead of dividing."),
     duration: float = typer.Option(600.0, "--duration", help="Seconds of Poisson arrivals per rate tried "
                                    "(--preset)."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the synthetic traces."),
@@ -95,6 +98,8 @@ def capacity(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Rates simulated at once "
                                           "(processes; default: all cores)."),
     json_out: Optional[Path] = JsonOpt,
+    disagg: bool = DisaggSearchOpt, kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt,
+    tpot_slo: float = TpotSloOpt, slo_attainment: float = AttainmentOpt, max_gpus: int = MaxGpusOpt,
 ) -> None:
     """How much fits: KV cache size (tokens, blocks) and concurrency per allocator; with --slo the highest
     rate (req/s) meeting it, its latency-against-rate curve and what limits it; with --gpus-for the GPUs."""
@@ -105,9 +110,16 @@ def capacity(
     with _user_errors():
         if trace is not None and preset is not None:
             raise ValueError("give a TRACE or --preset, not both")
-        if gpus_for is not None and not slo:
+        if gpus_for is not None and not slo and not disagg:
             raise ValueError("--gpus-for needs at least one --slo")
-        options = [int(x) for x in tp_options.split(",") if x.strip()]
+        if router is not None and gpus_for is None:
+            raise ValueError("--router sizes a fleet: give --gpus-for RATE (and --slo)")
+        from kvsim.cli import bounds
+        from kvsim.files import check_output_file
+        if json_out is not None:
+            check_output_file(json_out, "--json")
+        bounds.capacity_flags(gpus_for, duration, rel_tol, max_runs, workers, seed, trace is None)
+        options = _tp_options(tp_options)
         if gpus_for is not None and (kv_gib is not None or num_blocks is not None):
             raise ValueError("--gpus-for sizes each TP degree's KV cache from its GPU memory (--gpu-mem-util); "
                              "drop --kv-gib / --num-blocks")
@@ -117,7 +129,14 @@ def capacity(
                      hybrid_kv_cache=hybrid_kv_cache,
                      model_config=str(model_config) if model_config else None)
         flags.update({k: _literal(v) for k, v in _pairs(set_flags, "--set")})
-        if gpus_for is not None and tp is None and "tp" not in dict(_pairs(set_flags, "--set")):
+        from kvsim.cli.vllm_args import note_ignored, vllm_extras
+        extra, ignored = vllm_extras()            # a pasted vLLM command line (--gpu-memory-utilization, ...)
+        flags.update(extra)
+        note_ignored(ignored)
+        if disagg:                                          # kvsim.cli.disagg
+            return capacity_disagg(trace, preset, gpus_for, tp_options, duration, seed, flags, kv_link,
+                                   ttft_slo, tpot_slo, slo_attainment, max_gpus, json_out)
+        if gpus_for is not None and tp is None and "tp" not in {**dict(_pairs(set_flags, "--set")), **extra}:
             flags["tp"] = _smallest_tp(flags, options)
             if flags["tp"] > 1:
                 console.print(f"note: --gpus-for: the single-replica figures below are at --tp {flags['tp']}, the "
@@ -133,7 +152,11 @@ def capacity(
         out = {"static": static.to_dict("records")}
         _print_static(console, static, lengths if isinstance(lengths, str) else trace.name)
         from kvsim.cli.output import print_hybrid_startup
+        from kvsim.planning.ledger import ledger_lines, memory_ledger
         from kvsim.planning.runs import make_config
+        out["memory"], out["vllm_flags_ignored"] = memory_ledger(make_config(**flags)), ignored
+        console.print("memory per GPU (vLLM's start-up lines):\n  " + "\n  ".join(ledger_lines(out["memory"])),
+                      highlight=False, soft_wrap=True)
         if print_hybrid_startup(make_config(**flags)):
             console.print("note: the paged row's KV tokens, blocks and concurrency at the maximum length are "
                           "vLLM's; mean slots/req, max conc. and the contiguous rows size every layer as "
@@ -146,7 +169,15 @@ def capacity(
             _print_rate(console, res)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
                            "curve": res.curve.to_dict("records")}
-        if gpus_for is not None:
+        if gpus_for is not None and router is not None:      # fleets simulated (kvsim/planning/fleet_capacity.py)
+            from kvsim.cli.fleet import print_fleet_gpus
+            from kvsim.planning.fleet_capacity import gpus_for_fleet
+            gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
+            df = gpus_for_fleet(gpus_for, slo_limits, router=router, tp_options=options, trace=tr,
+                                preset=preset or "sharegpt", duration_s=duration, seed=seed, **gflags)
+            print_fleet_gpus(console, df, gpus_for)
+            out["gpus"] = df.to_dict("records")
+        elif gpus_for is not None:
             gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
             df = rt.gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
                                   preset=preset or "sharegpt", duration_s=duration, seed=seed,
@@ -155,6 +186,17 @@ def capacity(
             out["gpus"] = df.to_dict("records")
         if json_out is not None:
             _write_json(json_out, out)
+
+
+def _tp_options(text: str) -> list[int]:
+    """`--tp-options 1,2,4`: TP degrees 1..1024 (ValueError naming the flag)."""
+    try:
+        options = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--tp-options {text!r}: expected comma-separated whole numbers") from None
+    if not options or not all(1 <= x <= 1024 for x in options):
+        raise ValueError(f"--tp-options {text!r}: give one or more TP degrees from 1 to 1024")
+    return options
 
 
 def _smallest_tp(flags: dict, options: list[int]) -> int:
@@ -233,36 +275,4 @@ def _print_gpus(console, df, rate: float) -> None:
                   highlight=False)
 
 
-def sweep(
-    trace: Optional[Path] = TraceArg, preset: Optional[str] = PresetOpt,
-    grid: List[str] = typer.Option([], "--grid", metavar="FLAG=V1,V2", help="Values of one run flag (any "
-                                   "`kvsim run` flag, _ or -, e.g. block_size=8,16,32, or rate (req/s), "
-                                   "duration_s (s), time_scale); repeatable: the grid is the cross product."),
-    set_flags: List[str] = typer.Option([], "--set", metavar="FLAG=VALUE", help="A flag fixed for every "
-                                        "run (e.g. --set kv_gib=12 --set rate=2); repeatable."),
-    out: Path = typer.Option(..., "-o", "--out", help="Folder for results.parquet, results.csv, rows.jsonl."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores)."),
-    ray: bool = typer.Option(False, "--ray", help="Run as Ray tasks on a local Ray instance (kvsim[dist])."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster, host:port."),
-    resume: bool = typer.Option(False, "--resume", help="Skip grid points already finished in --out."),
-) -> None:
-    """Run a grid of configurations on TRACE or a --preset: one row per run (every config field and
-    summary metric; failed runs with their error) in Parquet and CSV, written as runs finish."""
-    from kvsim.planning.sweep import run_sweep
-
-    with _user_errors():
-        if trace is not None and preset is not None:
-            raise ValueError("give a TRACE or --preset, not both")
-        values = {}
-        for key, text in _pairs(grid, "--grid"):
-            values[key] = [_literal(v) for v in text.split(",") if v.strip()]
-        base = {k: _literal(v) for k, v in _pairs(set_flags, "--set")}
-        start = time.perf_counter()
-        df = run_sweep(values, base, trace=trace, preset=None if trace else (preset or "sharegpt"),
-                       workers=workers, ray=ray, ray_address=ray_address, out_dir=out, resume=resume,
-                       progress=True)
-    failed = df[df.status != "ok"]
-    typer.echo(f"wrote {out}/results.parquet and results.csv: {len(df)} runs, {len(failed)} failed, "
-               f"{time.perf_counter() - start:.1f} s")
-    for row in failed.head(5).itertuples():
-        typer.echo(f"  failed {row.run_id}: {row.error}", err=True)
+capacity.accepts_vllm_flags = True      # kvsim.cli.lazy registers it as a kvsim.cli.vllm_args.VllmCommand

@@ -6,14 +6,14 @@ block-size list, an unreadable sweep table — is one message on stderr and exit
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from kvsim.cli.plan import PresetOpt, SetOpt, TraceArg, _literal, _pairs, _user_errors
+from kvsim.cli import bounds
+from kvsim.cli.plan import PresetOpt, SetOpt, TraceArg, _literal, _pairs, _user_errors, _write_json
 
 ModelOpt = typer.Option("opt-13b", "--model", help="Model preset (e.g. opt-13b, llama-3-8b).")
 GpuOpt = typer.Option("a100-40gb", "--gpu", help="GPU preset (e.g. a100-40gb, h100-80gb).")
@@ -32,6 +32,8 @@ BookkeepingOpt = typer.Option(None, "--bookkeeping", help="kvsim-bookkeeping/1 J
                               "block-table and allocation costs (default: named constants).")
 MeasureOpt = typer.Option(False, "--measure-bookkeeping", help="Time block allocation and table building "
                           "on this machine's CPU first and use that.")
+TuneBlockSizesOpt = typer.Option(None, "--block-sizes", help="Block sizes to sweep, tokens (comma-separated; "
+                                 "default: the sizes the engine profile's attention kernel runs).")
 WorkersOpt = typer.Option(None, "--workers", min=1, help="Runs at once (processes; default: all cores).")
 ForceOpt = typer.Option(False, "--force", help="Replace the output folder if it exists.")
 
@@ -41,8 +43,8 @@ def _ints(text: str, option: str) -> list[int]:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"{option} {text!r}: expected comma-separated whole numbers") from None
-    if any(v < 1 for v in values):
-        raise ValueError(f"{option} {text!r}: every value must be >= 1")
+    if any(not 1 <= v <= bounds.MAX_TOKENS for v in values):
+        raise ValueError(f"{option} {text!r}: every value must be from 1 to {bounds.MAX_TOKENS:,}")
     return values
 
 
@@ -51,9 +53,61 @@ def _floats(text: str, option: str) -> list[float]:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"{option} {text!r}: expected comma-separated numbers") from None
-    if not values or any(not v > 0 for v in values):
-        raise ValueError(f"{option} {text!r}: give one or more rates > 0 req/s")
+    if not values or any(not 0 < v <= bounds.MAX_RATE_RPS for v in values):
+        raise ValueError(f"{option} {text!r}: give one or more finite rates > 0 and <= "
+                         f"{bounds.MAX_RATE_RPS:,.0f} req/s")
     return values
+
+
+#: The columns `kvsim.planning.report_build.sweep_report` reads from every sweep table (what
+#: `kvsim sweep` writes: kvsim.planning.runs.summary_row); a table without them is not a sweep table.
+SWEEP_COLUMNS = ("status", "throughput_rps", "preemptions", "kv_mean_fraction_token_states",
+                 "kv_mean_fraction_reserved", "kv_mean_fraction_internal_fragmentation",
+                 "kv_mean_fraction_external_fragmentation", "kv_mean_fraction_free")
+
+
+def _sweep_table(path: Path):
+    """The sweep table at `path`, refused (naming the missing columns) unless it has SWEEP_COLUMNS."""
+    from kvsim.planning.report_build import read_sweep_table
+    table = read_sweep_table(path)
+    missing = [c for c in SWEEP_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"--sweep {path}: not a sweep table (`kvsim sweep -o DIR`): no column(s) "
+                         f"{', '.join(missing)}")
+    return table
+
+
+def _out_folder(out: Path, force: bool, flag: str) -> None:
+    """Refuse report folder `out` before any work: it exists (without --force), is a file, or cannot be
+    created or written; removes the temporary folders of killed runs beside it."""
+    from kvsim.files import check_output_folder
+    from kvsim.planning.report import check_out_dir
+    try:
+        check_out_dir(out, force)
+    except ValueError as exc:
+        raise ValueError(f"{flag} {exc}") from None
+    check_output_folder(out, flag)
+    _clean_stale_folders(out)
+
+
+def _clean_stale_folders(out: Path) -> None:
+    """`.NAME.tmpPID` / `.NAME.oldPID` folders (kvsim.planning.report.write_report) of dead processes."""
+    import shutil
+    from kvsim.files import _pid_alive, glob_escape
+    for stale in out.parent.glob(f".{glob_escape(out.name)}.[to][ml][pd]*"):
+        pid = stale.name[len(out.name) + 5:]
+        if stale.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _write_report(rep, out: Path, force: bool, flag: str) -> None:
+    """`write_report`, with an I/O error (disk full, permission) naming `flag` and `out`."""
+    from kvsim.files import write_error
+    from kvsim.planning.report import write_report
+    try:
+        write_report(rep, out, force)
+    except OSError as exc:
+        raise write_error(exc, out, flag) from None
 
 
 def _workload(trace: Optional[Path], preset: Optional[str], rate, duration, num_requests, seed):
@@ -64,6 +118,12 @@ def _workload(trace: Optional[Path], preset: Optional[str], rate, duration, num_
 
     if trace is not None and preset is not None:
         raise ValueError("give a TRACE or --preset, not both")
+    bounds.rate(rate)
+    bounds.count(num_requests, "--num-requests")
+    bounds.count(seed, "--seed", low=0, high=2**63 - 1)
+    bounds.duration(duration)
+    if trace is None and not num_requests:
+        bounds.requests(rate or 2.0, duration, "--rate x --duration")
     if trace is None:
         return generate(preset or "sharegpt", rate_rps=rate or 2.0,
                         duration_s=None if num_requests else duration, num_requests=num_requests, seed=seed)
@@ -74,9 +134,13 @@ def _workload(trace: Optional[Path], preset: Optional[str], rate, duration, num_
 
 
 def _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags) -> dict:
+    """Run flags from the command's options, its --set pairs and the vLLM flags on its command line."""
+    from kvsim.cli.vllm_args import note_ignored, vllm_extras
     flags = {"model": model, "gpu": gpu, "tp": tp, "kv_gib": kv_gib, "num_blocks": num_blocks, "seed": seed}
     flags.update({k.replace("-", "_"): _literal(v) for k, v in _pairs(set_flags, "--set")})
-    return flags
+    extra, ignored = vllm_extras()
+    note_ignored(ignored)
+    return {**flags, **extra}
 
 
 def tune_block_size_cmd(
@@ -84,7 +148,7 @@ def tune_block_size_cmd(
     duration: float = DurationOpt, num_requests: Optional[int] = NumRequestsOpt, model: str = ModelOpt,
     gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
     num_blocks: Optional[int] = NumBlocksOpt, set_flags: List[str] = SetOpt, seed: int = SeedOpt,
-    block_sizes: str = BlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
+    block_sizes: Optional[str] = TuneBlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
     measure_bookkeeping: bool = MeasureOpt, workers: Optional[int] = WorkersOpt,
     report: Optional[Path] = typer.Option(None, "--report", help="Also write a report folder here."),
     force: bool = ForceOpt,
@@ -94,37 +158,44 @@ def tune_block_size_cmd(
     paged kernel's gather cost and block bookkeeping (% of a step), one row per block size."""
     from kvsim.cli.output import console
     from kvsim.planning import bookkeeping as bkp
-    from kvsim.planning.report import check_out_dir
 
     with _user_errors():
-        sizes = _ints(block_sizes, "--block-sizes")
-        if not sizes:
+        sizes = None if block_sizes is None else _ints(block_sizes, "--block-sizes")
+        if sizes is not None and not sizes:
             raise ValueError("--block-sizes: give at least one block size")
         if report is not None:
-            check_out_dir(report, force)
+            _out_folder(report, force, "--report")
+        if json_out is not None:
+            from kvsim.files import check_output_file
+            check_output_file(json_out, "--json")
+        bounds.workers(workers)
         if bookkeeping is not None and measure_bookkeeping:
             raise ValueError("give --bookkeeping or --measure-bookkeeping, not both")
         bk = bkp.load(bookkeeping) if bookkeeping else bkp.measure() if measure_bookkeeping else None
         tr = _workload(trace, preset, rate, duration, num_requests, seed)
         flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
+        for key, why in (("block_size", "give --block-sizes"), ("allocator", "the tuner runs the paged allocator")):
+            if key in flags:
+                raise ValueError(f"--set {key}: does not apply to tune-block-size ({why})")
         from kvsim.planning.tune import tune_block_size
         res = tune_block_size(tr, block_sizes=sizes, bookkeeping=bk, workers=workers or os.cpu_count(),
                               **flags)
+        for warning in res.warnings:
+            typer.echo(f"warning: {warning}", err=True)
         _print_curve(console, res)
         if json_out is not None:
-            tmp = json_out.with_name(f".{json_out.name}.tmp")
-            tmp.write_text(json.dumps({"recommended": res.recommended, "good_range": res.good_range,
-                                       "reason": res.reason, "workload": res.workload,
-                                       "curve": res.curve.to_dict("records")}, indent=2) + "\n")
-            os.replace(tmp, json_out)
+            _write_json(json_out, {"recommended": res.recommended, "good_range": res.good_range,
+                                   "warnings": list(res.warnings),
+                                   "reason": res.reason, "workload": res.workload,
+                                   "curve": res.curve.to_dict("records")})
         if report is not None:
             from kvsim.planning import figures
-            from kvsim.planning.report import Report, write_report
+            from kvsim.planning.report import Report
             rep = Report(f"Block size for {tr.source or 'the trace'} on {model}")
             rep.paragraph(f"**Recommended block size: {res.recommended} tokens.** {res.reason}")
             rep.figure("block_size", figures.block_size_curve(res.curve, recommended=res.recommended))
             rep.table("curve", res.curve)
-            write_report(rep, report, force)
+            _write_report(rep, report, force, "--report")
 
 
 def _print_curve(console, res) -> None:
@@ -143,6 +214,9 @@ def _print_curve(console, res) -> None:
     console.print(f"recommended block size: [bold]{res.recommended}[/] tokens (within 2%: "
                   f"{res.good_range[0]}-{res.good_range[1]})")
     console.print(res.reason, highlight=False)
+
+
+tune_block_size_cmd.accepts_vllm_flags = True    # kvsim.cli.lazy: a kvsim.cli.vllm_args.VllmCommand
 
 
 def report_cmd(
@@ -165,66 +239,24 @@ def report_cmd(
     """A capacity-planning report (Markdown + self-contained HTML with figures): the memory breakdown per
     allocator, batch size and KV usage over time, latency against rate, waste and throughput against
     block size, and preemptions; from a trace and deployment, or from a sweep table."""
-    from kvsim.planning.report import check_out_dir, write_report
-
     with _user_errors():
-        check_out_dir(out, force)
+        _out_folder(out, force, "-o")
+        bounds.workers(workers)
         if sweep is not None:
             if trace is not None or preset is not None:
                 raise ValueError("give --sweep or a TRACE/--preset, not both")
-            from kvsim.planning.report_build import read_sweep_table, sweep_report
-            rep = sweep_report(read_sweep_table(sweep), title or f"Sweep report: {sweep}")
+            from kvsim.planning.report_build import sweep_report
+            rep = sweep_report(_sweep_table(sweep), title or f"Sweep report: {sweep}")
         else:
             from kvsim.planning.report_build import trace_report
+            rate_list = _floats(rates, "--rates") if rates is not None else None
+            sizes = _ints(block_sizes, "--block-sizes")
             tr = _workload(trace, preset, rate, duration, num_requests, seed)
-            rep = trace_report(tr, title, rates=_floats(rates, "--rates") if rates else None,
-                               block_sizes=_ints(block_sizes, "--block-sizes"),
+            rep = trace_report(tr, title, rates=rate_list, block_sizes=sizes,
                                workers=workers or os.cpu_count(),
                                **_flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags))
-        write_report(rep, out, force)
+        _write_report(rep, out, force, "-o")
     typer.echo(f"wrote {out}/report.md and {out}/report.html")
 
 
-def paper_cmd(
-    out: Path = typer.Option(Path("reports/vllm-paper"), "-o", "--out", help="Report folder."),
-    quick: bool = typer.Option(False, "--quick", help="OPT-13B only, 30 s traces, 2 rates, 3 block sizes "
-                               "(seconds; for tests)."),
-    workers: Optional[int] = WorkersOpt, force: bool = ForceOpt,
-) -> None:
-    """The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate
-    per system, memory breakdown, batched requests, block size, recompute against swap; our numbers beside
-    the published ones."""
-    from kvsim.planning.report import check_out_dir, write_report
-
-    with _user_errors():
-        check_out_dir(out, force)
-        from kvsim.planning.paper import FULL, QUICK, run_paper
-        from kvsim.planning.paper_report import paper_report
-        res = run_paper(QUICK if quick else FULL, workers=workers or os.cpu_count())
-        write_report(paper_report(res), out, force)
-    typer.echo(f"wrote {out}/report.md and {out}/report.html ({res.wall_s:.0f} s of runs)")
-
-
-def hybrid_study_cmd(
-    out: Path = typer.Option(Path("reports/hybrid-models"), "-o", "--out", help="Report folder."),
-    quick: bool = typer.Option(False, "--quick", help="gpt-oss-120b on the ShareGPT-like trace only, 30 s "
-                               "(seconds; for tests)."),
-    duration: float = typer.Option(600.0, help="Trace length, seconds (ignored with --quick)."),
-    force: bool = ForceOpt,
-) -> None:
-    """Hybrid models (gpt-oss, Gemma 3, Llama 4) under uniform pages, vLLM's hybrid KV cache manager and
-    contiguous reservations: start-up figures, simulated batch and KV per request; Jenga's published
-    figures beside ours."""
-    from dataclasses import replace
-
-    from kvsim.planning.report import check_out_dir, write_report
-
-    with _user_errors():
-        if not duration > 0:
-            raise ValueError(f"--duration must be > 0 seconds, got {duration}")
-        check_out_dir(out, force)
-        from kvsim.planning.hybrid_report import hybrid_report
-        from kvsim.planning.hybrid_study import QUICK, StudyPlan, run_study
-        plan = QUICK if quick else replace(StudyPlan(), duration_s=duration)
-        write_report(hybrid_report(run_study(plan), plan), out, force)
-    typer.echo(f"wrote {out}/report.md and {out}/report.html")
+report_cmd.accepts_vllm_flags = True

@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 
 import typer
 
+from kvsim.cli import bounds
 from kvsim.cli.errors import USER_ERRORS, describe
 from kvsim.files import check_output_file, write_text_atomic
 
@@ -58,10 +59,19 @@ def gen(
 
     with _user_errors():
         check_output_file(out, "-o")
+        bounds.rate(rate)
+        bounds.count(num_requests, "--num-requests")
+        if num_requests is None:
+            bounds.duration(duration)
+            bounds.requests(rate, duration, "--rate x --duration")
+        bounds.count(n, "--n", high=bounds.MAX_SAMPLES)
+        bounds.count(beam_width, "--beam-width", high=bounds.MAX_SAMPLES)
+        bounds.count(max_len, "--max-len", low=2, high=bounds.MAX_TOKENS)
+        bounds.count(seed, "--seed", low=0, high=2**63 - 1)
         trace = generate(preset, rate_rps=rate, duration_s=duration, num_requests=num_requests, n=n,
                          beam_width=beam_width, max_len=max_len, shared_prefix_tokens=shared_prefix,
                          seed=seed)
-        write_jsonl(trace, out)
+        write_jsonl(trace, out, "-o")
     s = trace.summary()
     typer.echo(f"wrote {out}: {s['requests']} requests over {s['duration_s']:.1f} s, mean prompt "
                f"{s['prompt_tokens']['mean']:.2f} tokens, mean output {s['output_tokens']['mean']:.2f} tokens")
@@ -78,7 +88,7 @@ def convert(
     time_scale: Optional[float] = typer.Option(None, "--time-scale", help="Multiply every arrival time "
                                                "by this factor (0.5 doubles the rate); not with --rate."),
     seed: int = typer.Option(0, help="Random seed for --rate arrivals."),
-    max_requests: Optional[int] = typer.Option(None, help="Keep only the first N requests."),
+    max_requests: Optional[int] = typer.Option(None, min=1, help="Keep only the first N requests."),
     max_duration: Optional[float] = typer.Option(None, help="Keep only requests arriving before this many "
                                                  "seconds from the first one."),
 ) -> None:
@@ -95,6 +105,10 @@ def convert(
         check_output_file(out, "-o")
         if rate is not None and time_scale is not None:
             raise ValueError("give --rate or --time-scale, not both")
+        bounds.rate(rate)
+        bounds.number(time_scale, "--time-scale", high=1e6)
+        bounds.duration(max_duration, "--max-duration")
+        bounds.count(seed, "--seed", low=0, high=2**63 - 1)
         trace, report = read_trace(src, format)
         if rate is not None and report.arrivals == "all 0":        # no timestamps: Poisson arrivals
             trace, report = read_trace(src, format, rate=rate, seed=seed)
@@ -105,8 +119,8 @@ def convert(
         if max_duration is not None:
             trace = trace.until(max_duration)
         if max_requests is not None:
-            trace = trace.head(max_requests)
-        write_jsonl(trace, out)
+            trace = trace.head(min(max_requests, len(trace)))
+        write_jsonl(trace, out, "-o")
     typer.echo(f"wrote {out}: {len(trace)} of {report.requests} requests from {report.source} "
                f"({report.format}); arrivals {report.arrivals}; zero lengths clamped to 1: "
                f"{report.zero_prompt_clamped} prompt, {report.zero_output_clamped} output")
@@ -143,7 +157,7 @@ def _stats_table(s: dict):
 def stats(
     trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace file (any supported format)."),
     format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
-    hash_block_size: Optional[int] = typer.Option(None, help="Tokens per block of a JSONL trace's "
+    hash_block_size: Optional[int] = typer.Option(None, min=1, help="Tokens per block of a JSONL trace's "
                                                   "block_hashes (default: unknown, the run's block size)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the summary as JSON here."),
 ) -> None:
@@ -158,7 +172,7 @@ def stats(
         trace, _ = read_trace(trace_path, format, hash_block_size=hash_block_size)
         s = trace.summary()
         if json_out is not None:
-            write_text_atomic(json_out, json.dumps(s, indent=2) + "\n")
+            write_text_atomic(json_out, json.dumps(s, indent=2) + "\n", "--json")
     table, lines = _stats_table(s)
     console = Console()
     console.print(table)

@@ -88,10 +88,10 @@ def fit_cpu(batches: np.ndarray, cpu_s: np.ndarray) -> EngineFit:
     return EngineFit(float(a), float(b), rms, len(batches))
 
 
-def write_profile(out: Path, base: str, fit: EngineFit, source: str) -> None:
-    """The fitted profile as JSON (read by `--engine-profile FILE.json`), written whole or not at all."""
+def write_profile(out: Path, base: str, fit: EngineFit, source: str, flag: str | None = None) -> None:
+    """The fitted profile as JSON (read by `--engine-profile FILE.json`), written whole or not at all
+    (an I/O error names `out` and, given, the `flag` that chose it)."""
     data = {"name": out.stem, "base": base, "cpu_step_s": fit.cpu_step_s, "cpu_seq_s": fit.cpu_seq_s,
             "rms_error_s": fit.rms_error_s, "rows": fit.rows, "source": source}
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(out)
+    from kvsim.files import write_text_atomic
+    write_text_atomic(out, json.dumps(data, indent=2) + "\n", flag)

@@ -4,11 +4,13 @@ each step and picks the policy the scheduler runs. Sources and sensitivities: do
 
 - `vllm-2023`: the vLLM paper's engine (v0.1-v0.5): a step runs prompts or decodes, never both;
   recompute preemption for single-sequence requests, swap for multi-sequence ones (samples, beams);
-  CPU time per step = VLLM_V0_CPU_STEP_S + VLLM_V0_CPU_SEQ_S x sequences; the paper's paged-kernel
-  penalty.
+  CPU time per step = VLLM_V0_CPU_STEP_S + VLLM_V0_CPU_SEQ_S x sequences; the 2023 paged kernel
+  (`vllm-v0-paged`, `kvsim.cost.kernels`).
 - `vllm-v1`: vLLM's V1 engine (the default since v0.8): prefill and decode mixed under the token
   budget, chunked prefill on; output processing off the critical path, so a step's CPU time is its
-  scheduling and input preparation only; today's paged kernels (no penalty).
+  scheduling and input preparation only; today's paged kernels (`flash-attn`, no penalty).
+- `vllm-2023:low|central|high`, `vllm-v1:low|central|high`: the CPU-time variants (`CPU_VARIANTS`); the
+  plain name is central.
 - `ideal`: kernels only, the simulator's behaviour before profiles (mixed steps, the cost model's
   fixed 2 ms step overhead, the paper's paged penalty), kept for kernel-only studies and golden tests.
 
@@ -22,19 +24,34 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-#: vLLM v0 CPU time per step, fixed part and per running sequence: least-squares fit (`kvsim
-#: calibrate-engine`) to Vidur's measured vLLM CPU overheads on an A100 (microsoft/vidur
-#: data/profiling/a100/cpu_overheads.csv, Llama-2-7B, TP 1, batch 8-64: schedule + sampler +
-#: prepare inputs + process model outputs, 2.98 ms at batch 8 to 12.56 ms at batch 64; the rows are
-#: shipped in calibration/vidur-a100-vllm-v0-cpu.csv). Cross-check: vLLM's v0.6 post (Sept 2024)
-#: finds the GPU busy only 38 % of the time for Llama-3-8B on an H100 under v0.5.3.
-VLLM_V0_CPU_STEP_S = 2.02e-3
-VLLM_V0_CPU_SEQ_S = 1.71e-4
-#: vLLM V1 CPU time per step: the same measurements' scheduling + input preparation only (0.52 ms at
-#: batch 8 to 2.18 ms at batch 64), since V1 samples on the GPU and detokenizes and builds outputs in
-#: another process, overlapped with the next step (vLLM V1 blog, Jan 2025).
-VLLM_V1_CPU_STEP_S = 3.45e-4
-VLLM_V1_CPU_SEQ_S = 2.9e-5
+from kvsim.cost.kernels import get_kernel
+
+#: CPU time per step = fixed part + per running sequence (seconds), per profile and variant: least-squares
+#: fits (`kvsim calibrate-engine`) to Vidur's measured vLLM-v0 CPU overheads on an A100, Llama-2-7B, TP 1
+#: (microsoft/vidur data/profiling/a100/cpu_overheads.csv; the rows are in calibration/):
+#: - central: MEDIANS of the January 2024 file (commit 0633efa), batch 8-64, all four phases (schedule,
+#:   sampler, prepare inputs, process model outputs): 1.97 ms at batch 8 to 7.59 ms at 64;
+#: - low: medians of the May 2024 file (commit 6d98aa8, a later engine), batch 8-128: 1.17 to 6.22 ms;
+#: - high: MEANS of the January 2024 file (heavy-tailed: process outputs' mean is 2.2x its median at 64).
+#: vllm-v1 keeps schedule + prepare inputs only (V1 samples on the GPU and builds outputs in another
+#: process, overlapped with the next step: vLLM V1 blog, Jan 2025). Growth beyond the data: linear in
+#: sequences (v0's sampler, input preparation and output processing loop over sequences; the May 2024
+#: data stays linear to batch 128, rms 0.035 ms). docs/engine-profiles.md lists every number.
+CPU_VARIANTS: dict[str, dict[str, tuple[float, float, str]]] = {
+    "vllm-2023": {
+        "low": (7.90e-4, 4.26e-5, "Vidur A100 cpu_overheads.csv May 2024, medians, batch 8-128"),
+        "central": (1.20e-3, 1.00e-4, "Vidur A100 cpu_overheads.csv Jan 2024, medians, batch 8-64"),
+        "high": (2.02e-3, 1.71e-4, "Vidur A100 cpu_overheads.csv Jan 2024, means, batch 8-64"),
+    },
+    "vllm-v1": {
+        "low": (2.72e-4, 2.17e-5, "Vidur May 2024 medians, schedule + prepare inputs, batch 8-128"),
+        "central": (2.41e-4, 2.94e-5, "Vidur Jan 2024 medians, schedule + prepare inputs, batch 8-64"),
+        "high": (3.45e-4, 2.90e-5, "Vidur Jan 2024 means, schedule + prepare inputs, batch 8-64"),
+    },
+}
+VARIANTS = ("low", "central", "high")
+VLLM_V0_CPU_STEP_S, VLLM_V0_CPU_SEQ_S = CPU_VARIANTS["vllm-2023"]["central"][:2]
+VLLM_V1_CPU_STEP_S, VLLM_V1_CPU_SEQ_S = CPU_VARIANTS["vllm-v1"]["central"][:2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +63,13 @@ class EngineProfile:
     prefill steps never chunk); swap_multi_sequence: preempt requests with several sequences by swap;
     cpu_step_s, cpu_seq_s: CPU seconds per step and per sequence in it (added to the kernel time);
     kernel_step_overhead: keep the cost model's fixed step overhead (`ideal` only);
-    paged_penalty: the paged decode-attention factor of the vLLM paper (`kvsim.cost.roofline`), else none."""
+    paged_penalty: the paged decode-attention factor of the vLLM paper (`kvsim.cost.roofline`), else none;
+    prefix_caching: the default of `--enable-prefix-caching` for the paged allocators (an explicit flag wins);
+    kernel: the paged-attention kernel family it runs (`kvsim.cost.kernels`: its accepted block sizes and
+    cost curve); variant: the CPU-time variant ("low", "central", "high"; "" for none); block_table: how
+    the engine builds block tables each step, "padded-longest" (vLLM v0: every table rebuilt, padded to
+    the batch's longest sequence; worker `_prepare_inputs`) or "persistent" (V1: new blocks appended to a
+    persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py)."""
 
     name: str
     separate_prefill: bool = False
@@ -57,6 +80,10 @@ class EngineProfile:
     kernel_step_overhead: bool = False
     paged_penalty: bool = False
     source: str = ""
+    prefix_caching: bool = False
+    kernel: str = "vllm-v0-paged"
+    variant: str = ""
+    block_table: str = "padded-longest"
 
     def __post_init__(self) -> None:
         for field in ("cpu_step_s", "cpu_seq_s"):
@@ -65,6 +92,9 @@ class EngineProfile:
                 raise ValueError(f"engine profile {self.name!r}: {field} must be a finite number >= 0, got {value}")
         if self.separate_prefill and self.chunked_prefill:
             raise ValueError(f"engine profile {self.name!r}: separate prefill steps do not chunk prompts")
+        get_kernel(self.kernel)
+        if self.block_table not in ("padded-longest", "persistent"):
+            raise ValueError(f"engine profile {self.name!r}: block_table must be padded-longest or persistent")
 
     def cpu_seconds(self, num_seqs: int) -> float:
         """CPU time of a step that runs `num_seqs` sequences (prefilling and decoding), seconds."""
@@ -74,15 +104,22 @@ class EngineProfile:
         return asdict(self)
 
 
+#: vLLM V1 turns prefix caching on unless told otherwise: vllm/engine/arg_utils.py (0.33)
+#: `_set_default_chunked_prefill_and_prefix_caching_args` sets `enable_prefix_caching` to
+#: `ModelConfig.is_prefix_caching_supported`, true for generative decoder models; `CacheConfig.
+#: enable_prefix_caching` defaults to True (vllm/config/cache.py). The vllm-2023 engine had it off.
+VLLM_V1_PREFIX_CACHING = True
+
 PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile("vllm-2023", separate_prefill=True, swap_multi_sequence=True,
                   cpu_step_s=VLLM_V0_CPU_STEP_S, cpu_seq_s=VLLM_V0_CPU_SEQ_S, paged_penalty=True,
-                  source="Vidur a100 cpu_overheads.csv (vLLM v0), all four CPU phases"),
+                  source=CPU_VARIANTS["vllm-2023"]["central"][2], kernel="vllm-v0-paged", variant="central"),
     EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=VLLM_V1_CPU_STEP_S,
-                  cpu_seq_s=VLLM_V1_CPU_SEQ_S,
-                  source="Vidur a100 cpu_overheads.csv (vLLM v0), schedule + prepare inputs"),
+                  cpu_seq_s=VLLM_V1_CPU_SEQ_S, prefix_caching=VLLM_V1_PREFIX_CACHING,
+                  source=CPU_VARIANTS["vllm-v1"]["central"][2],
+                  kernel="flash-attn", variant="central", block_table="persistent"),
     EngineProfile("ideal", kernel_step_overhead=True, paged_penalty=True,
-                  source="kernels only (cost model's fixed step overhead)"),
+                  source="kernels only (cost model's fixed step overhead)", kernel="vllm-v0-paged"),
 )}
 
 #: The profile a run uses unless told otherwise: what `vllm serve` runs today.
@@ -90,14 +127,27 @@ DEFAULT_PROFILE = "vllm-v1"
 
 
 def get_profile(name: str) -> EngineProfile:
-    """A named profile, or one written by `kvsim calibrate-engine` (a JSON file path)."""
+    """A named profile, `NAME:VARIANT` (VARIANT one of low, central, high: the CPU-time variant; the
+    plain name is central), or one written by `kvsim calibrate-engine` (a JSON file path). The one place
+    a profile name is parsed."""
     key = name.lower()
     if key in PROFILES:
         return PROFILES[key]
+    base, sep, variant = key.partition(":")
+    if sep and base in PROFILES:
+        variants = CPU_VARIANTS.get(base)
+        if variants is None or variant not in variants:
+            have = f"one of {', '.join(VARIANTS)}" if variants else "none (it has no CPU time)"
+            raise ValueError(f"--engine-profile: {name!r}: profile {base!r} has no variant {variant!r}; "
+                             f"variants: {have}")
+        step, seq, source = variants[variant]
+        return replace(PROFILES[base], name=f"{base}:{variant}", cpu_step_s=step, cpu_seq_s=seq,
+                       source=source, variant=variant)
     path = Path(name)
     if path.suffix == ".json" and path.exists():
         return load_profile(path)
-    raise ValueError(f"--engine-profile: unknown profile {name!r}; known: {', '.join(PROFILES)}, "
+    raise ValueError(f"--engine-profile: unknown profile {name!r}; known: {', '.join(PROFILES)} "
+                     f"(vllm-2023 and vllm-v1 also as NAME:low, NAME:central or NAME:high), "
                      "or a JSON file from `kvsim calibrate-engine`")
 
 
@@ -108,7 +158,8 @@ def load_profile(path: str | Path) -> EngineProfile:
         data = json.loads(path.read_text())
         base = PROFILES[str(data["base"])]
         return replace(base, name=str(data.get("name", path.stem)), cpu_step_s=float(data["cpu_step_s"]),
-                       cpu_seq_s=float(data["cpu_seq_s"]), source=str(data.get("source", path)))
+                       cpu_seq_s=float(data["cpu_seq_s"]), source=str(data.get("source", path)),
+                       variant="measured")
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read engine profile: {exc}") from None
     except KeyError as exc:

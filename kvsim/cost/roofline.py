@@ -8,6 +8,7 @@ names its source, and docs/cost-model.md states how far the model is from real p
 from __future__ import annotations
 
 from kvsim.cost.calibration import Calibration
+from kvsim.cost.kernels import KERNELS
 from kvsim.cost.layer_kinds import CappedAttention, CappedGroup
 from kvsim.specs import Deployment, ModelSpec
 
@@ -48,16 +49,23 @@ DECODE_ATTN_FIXED_S = 8.0e-6      # per layer, one launch (anchor: batch 1 at 32
 DECODE_ATTN_PER_SEQ_S = 1.0e-6    # per sequence per layer (at 32 tokens: batch 1 -> 86, 9 -> 128 us)
 
 #: Paged/contiguous decode attention time is PAGED_OVERHEAD_FLOOR + PAGED_OVERHEAD_BLOCK / block_size:
-#: 1.23 at block 16 (vLLM paper, Kwon et al. SOSP'23, Sec. 7.1: the PagedAttention kernel is 20-26 %
-#: slower than FasterTransformer's), flat from 16 to 128 (1.18 at 128) and much slower for tiny blocks
-#: (2.17 at block 1), the shape of the paper's block-size study (Fig. 18).
-PAGED_OVERHEAD_FLOOR = 1.17
-PAGED_OVERHEAD_BLOCK = 1.0
+#: the 2023 PagedAttention kernel's curve (`kvsim.cost.kernels`, family "vllm-v0-paged": 1.23 at block 16
+#: from the vLLM paper's Sec. 7.1 kernel microbenchmark; the 1/b slope is assumed, see there).
+PAGED_OVERHEAD_FLOOR = KERNELS["vllm-v0-paged"].floor
+PAGED_OVERHEAD_BLOCK = KERNELS["vllm-v0-paged"].per_block
 
 #: KV write (reshape-and-cache): fixed time per layer and fraction of HBM bandwidth for scattered rows
 #: (the order of the example in docs/calibration-format.md: 2.5e12 of an H200's 4.8e12 bytes/s).
 STORE_KV_FIXED_S = 3.0e-6
 STORE_KV_HBM_EFFICIENCY = 0.5
+
+#: Fixed time of one host<->device copy call (cudaMemcpyAsync): 5-7 us per call measured for many small
+#: chunks (DualPath, Wu et al., arXiv 2602.21548, Sec. 5.2); the upper end is taken. vLLM v0 swaps a
+#: request with one call per block, per layer, for keys and for values (csrc/cache_kernels.cu
+#: `swap_blocks` loops `cudaMemcpyAsync` over the block mapping; worker/cache_engine.py `_swap` calls it
+#: for each layer's key and value cache), so a swap of B blocks costs 2 x layers x B calls on top of its
+#: bytes over PCIe (the alpha-beta model of a transfer: latency + bytes / bandwidth per call).
+SWAP_COPY_FIXED_S = 7e-6
 
 #: Tensor-parallel all-reduce: latency per call and NCCL bus bandwidth (algorithm bandwidth x
 #: 2(n-1)/n). Least-squares fit over 0.1-60 MB to Vidur's A100 2-GPU NVLink profile.
@@ -158,6 +166,7 @@ class CostModel:
         self._ar_s_per_token = (2 * layers * model.hidden_size * model.dtype_bytes * ring
                                 / ALL_REDUCE_BUS_BYTES_PER_S)
         self._swap_s_per_token = kv_bytes / gpu.pcie_bytes_per_s
+        self._swap_s_per_block = 2 * layers * SWAP_COPY_FIXED_S       # key and value copy of each layer
 
     def linear_time(self, tokens: int) -> float:
         """Seconds for all projection and MLP layers over `tokens` tokens: a fixed time plus
@@ -245,10 +254,12 @@ class CostModel:
                   + decode + (self._store_fixed_s + tokens * self._store_s_per_token))
         return compute > memory
 
-    def swap_time(self, num_tokens: int) -> float:
-        """Seconds to move `num_tokens` of KV (all layers) one way over PCIe. Each of the tp GPUs moves its
-        own 1/tp share over its own link at the same time, so the time is that of one GPU's share."""
-        return num_tokens * self._swap_s_per_token
+    def swap_time(self, num_tokens: int, num_blocks: int = 0) -> float:
+        """Seconds to move `num_tokens` of KV (all layers) one way over PCIe in `num_blocks` contiguous
+        pieces (vLLM v0: one per block; a contiguous sequence: one): the bytes over the link plus
+        SWAP_COPY_FIXED_S per copy call, two calls (key, value) per layer per piece. Each of the tp GPUs
+        moves its own 1/tp share over its own link at the same time, so the time is that of one GPU's."""
+        return num_tokens * self._swap_s_per_token + num_blocks * self._swap_s_per_block
 
 
 class ConstantCost:
@@ -271,6 +282,6 @@ class ConstantCost:
         """`steps` x `step_s`."""
         return [self.step_s] * steps
 
-    def swap_time(self, num_tokens: int) -> float:
-        """`num_tokens` x `swap_s_per_token` seconds."""
+    def swap_time(self, num_tokens: int, num_blocks: int = 0) -> float:
+        """`num_tokens` x `swap_s_per_token` seconds (no fixed cost per piece)."""
         return num_tokens * self.swap_s_per_token

@@ -32,10 +32,11 @@ class RunParts:
     profile: EngineProfile | None = None
 
 
-def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
+def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) -> RunParts:
     """Allocator, scheduler and cost model for `trace` under `cfg` (nothing has run yet). The engine
     profile sets the scheduler's policy (`SimConfig.resolved`) and the cost model's paged penalty
-    and fixed step overhead; its CPU time per step is added by the stepper (`RunParts.profile`)."""
+    and fixed step overhead; its CPU time per step is added by the stepper (`RunParts.profile`).
+    `scheduler_kind`: a `Scheduler` subclass to build instead (the disaggregated instances')."""
     cfg = cfg.resolved()
     profile = cfg.engine_profile
     dep, cache = cfg.deployment, cfg.cache
@@ -53,11 +54,15 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         capacity = kv_capacity(cfg)
         alloc = make_allocator(cache.allocator, capacity, block_size=cache.block_size,
                                max_seq_len=dep.model.max_seq_len, reserve=cache.reserve,
-                               placement=cache.placement, prefix_caching=cache.prefix_caching)
+                               placement=cache.placement, prefix_caching=cache.prefix_caching,
+                               cpu_tier_blocks=cpu_tier_blocks(cfg, cache.block_size))
     else:                           # layers other than full attention: vLLM's KV cache groups
         block_size = plan.block_size
         capacity = plan.num_blocks * block_size
         alloc = _plan_allocator(plan, cfg, capacity)
+    if cache.cpu_kv_gib and (getattr(alloc, "cpu_tier", None) is None or cfg.scheduler.batching == "static"):
+        raise ValueError("--cpu-kv-gib: the CPU tier keeps prefix-cache blocks: it needs prefix caching on the "
+                         "paged cache of full-attention layers, under continuous batching")
     if hasattr(alloc, "record_groups"):     # KV cache groups: per-group memory in the summary
         alloc.record_groups = True
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())
@@ -69,11 +74,30 @@ def build_run(trace: Trace, cfg: SimConfig) -> RunParts:
         def block_ids(i: int) -> list[int]:
             return trace.prompt_block_ids(i, page)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
+    kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
     cost = CostModel(dep, page, penalty, cfg.calibration,
                      step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)
     return RunParts(alloc, sched, cost, capacity, block_size, profile)
+
+
+#: Host memory per GPU that bounds --cpu-kv-gib plus --swap-gib: NVIDIA's DGX H100, DGX H200 and DGX
+#: A100 640GB carry 2 TB of system memory for 8 GPUs (NVIDIA DGX datasheets), bytes.
+HOST_BYTES_PER_GPU = 2e12 / 8
+
+
+def cpu_tier_blocks(cfg: SimConfig, block_size: int) -> int:
+    """Blocks of `block_size` tokens (all layers, every TP rank) that `--cpu-kv-gib` holds; ValueError
+    when it and the swap space together exceed the host memory of the deployment's GPUs."""
+    cache, dep = cfg.cache, cfg.deployment
+    if not cache.cpu_kv_gib:
+        return 0
+    host = HOST_BYTES_PER_GPU * dep.tp
+    if (cache.cpu_kv_gib + cache.swap_gib * dep.tp) * GIB > host:
+        raise ValueError(f"--cpu-kv-gib {cache.cpu_kv_gib:g} (with --swap-gib {cache.swap_gib:g} per GPU) is more "
+                         f"than the host memory of {dep.tp} GPU(s), {host / GIB:.0f} GiB (a DGX's 2 TB for 8 GPUs)")
+    return int(cache.cpu_kv_gib * GIB // (dep.kv_bytes_per_token() * block_size))
 
 
 def hybrid_groups(plan: KVCachePlan) -> list[GroupSpec] | None:
@@ -92,7 +116,8 @@ def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
     cache, sched = cfg.cache, cfg.scheduler
     groups = hybrid_groups(plan)
     if groups is None:
-        return make_allocator("paged", capacity, block_size=plan.block_size, prefix_caching=cache.prefix_caching)
+        return make_allocator("paged", capacity, block_size=plan.block_size, prefix_caching=cache.prefix_caching,
+                              cpu_tier_blocks=cpu_tier_blocks(cfg, plan.block_size))
     return make_allocator("hybrid", capacity, block_size=plan.block_size, max_seq_len=plan.max_model_len,
                           prefix_caching=cache.prefix_caching, groups=groups,
                           max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,

@@ -61,13 +61,15 @@ class CacheConfig:
     block_size: int = 16
     reserve: str = "max"            # contiguous only: max | pow2 | oracle
     placement: str = "buddy"        # contiguous only: buddy | first-fit
-    prefix_caching: bool = False
+    prefix_caching: bool | None = None   # None: the engine profile's default (on for vllm-v1, paged)
     kv_gib: float | None = None     # KV memory of the whole deployment, GiB
     num_blocks: int | None = None   # blocks of the whole deployment
     gpu_mem_util: float = 0.9
     swap_gib: float = 4.0           # CPU swap space per GPU, GiB (vLLM's default)
     hybrid_kv_cache: bool | None = None   # vLLM's hybrid KV cache manager: None its default, False
                                           # --disable-hybrid-kv-cache-manager (every layer full attention)
+    cpu_kv_gib: float = 0.0         # CPU tier of the prefix cache, GiB for the whole deployment
+                                    # (vLLM's --kv-offloading-size; kvsim/alloc/cpu_tier.py)
 
     def __post_init__(self) -> None:
         if self.allocator not in (*ALLOCATORS, "jenga"):
@@ -79,6 +81,11 @@ class CacheConfig:
             raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
         if not 0 <= self.swap_gib < float("inf"):
             raise ValueError(f"--swap-gib must be a finite number >= 0, got {self.swap_gib}")
+        if not 0 <= self.cpu_kv_gib < float("inf"):
+            raise ValueError(f"--cpu-kv-gib must be a finite number >= 0, got {self.cpu_kv_gib}")
+        if self.cpu_kv_gib and (self.prefix_caching is False or self.allocator != "paged"):
+            raise ValueError("--cpu-kv-gib keeps blocks the prefix cache evicts: it needs --prefix-caching "
+                             "and the paged allocator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,7 @@ class SimConfig:
     calibration: Calibration | None = None
     seed: int = 0
     engine_profile: str | EngineProfile = DEFAULT_PROFILE   # a name, a calibrate-engine JSON, or one
+    enforce_eager: bool = False     # vLLM's --enforce-eager: no CUDA graphs, EAGER_LAUNCH_S_PER_LAYER per step
 
     def profile(self) -> EngineProfile:
         """The engine profile (`kvsim.cost.profiles`) this run simulates."""
@@ -98,10 +106,15 @@ class SimConfig:
         return p if isinstance(p, EngineProfile) else get_profile(p)
 
     def resolved(self) -> "SimConfig":
-        """This configuration with the engine profile's policy applied to the scheduler: chunked
-        prefill by default (vllm-v1), separate prompt steps and swap for multi-sequence requests
-        (vllm-2023). ValueError when an explicit flag contradicts the profile."""
+        """This configuration with the engine profile's policy applied: chunked prefill and prefix
+        caching (paged allocators) by default (vllm-v1), separate prompt steps and swap for
+        multi-sequence requests (vllm-2023); `enforce_eager` adds its kernel launches to the profile's
+        CPU time per step. ValueError when an explicit flag contradicts the profile."""
         profile, sched = self.profile(), self.scheduler
+        cache = replace(self.cache, prefix_caching=prefix_caching_on(self))
+        if self.enforce_eager and EAGER_NOTE not in profile.source:     # (once: resolving is idempotent)
+            profile = replace(profile, cpu_step_s=profile.cpu_step_s + eager_launch_s(self.deployment),
+                              source=profile.source + EAGER_NOTE)
         chunked = profile.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
         separate = sched.separate_prefill or profile.separate_prefill
         if separate and chunked:
@@ -109,7 +122,7 @@ class SimConfig:
                              "in a prompt-only step")
         sched = replace(sched, chunked_prefill=chunked, separate_prefill=separate,
                         swap_multi_seq=sched.swap_multi_seq or profile.swap_multi_sequence)
-        return replace(self, scheduler=sched, engine_profile=profile)
+        return replace(self, cache=cache, scheduler=sched, engine_profile=profile)
 
     def to_dict(self) -> dict:
         """The resolved configuration, JSON-ready (written as `config.json`)."""
@@ -117,6 +130,31 @@ class SimConfig:
         d = asdict(cfg)
         d["calibration"] = None if self.calibration is None else self.calibration.source
         return d
+
+
+#: CPU seconds per layer per step that kernel launches cost without CUDA graphs (`--enforce-eager`):
+#: vllm-project/vllm#1440 measured Llama-2-7B (32 layers, TP 1, batch 1, 100 output tokens) at 1.2 s
+#: eager against 1.05 s with CUDA graphs, 1.5 ms per decode step = 47 us per layer. kvsim adds it to
+#: every step in series with the kernels: at large batches the GPU work hides launches (#1440 saw no
+#: gain there), so this is an upper bound on eager mode's cost. Memory: kvsim reserves nothing for
+#: CUDA graphs, so --enforce-eager leaves the KV cache unchanged.
+EAGER_LAUNCH_S_PER_LAYER = 1.5e-3 / 32
+EAGER_NOTE = "; + --enforce-eager kernel launches"
+
+
+def eager_launch_s(deployment: Deployment) -> float:
+    """Extra CPU seconds per step under `--enforce-eager`: EAGER_LAUNCH_S_PER_LAYER x layers."""
+    return EAGER_LAUNCH_S_PER_LAYER * deployment.model.num_layers
+
+
+def prefix_caching_on(cfg: SimConfig) -> bool:
+    """Whether the run caches prompt prefixes: `--enable-prefix-caching` when given, else the engine
+    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous,
+    nor for a model with Mamba layers (vLLM needs its 'align' Mamba cache mode for that, not modelled)."""
+    if cfg.cache.prefix_caching is not None:
+        return cfg.cache.prefix_caching
+    mamba = any(g.kind == "mamba" for g in cfg.deployment.model.layer_groups)
+    return cfg.profile().prefix_caching and cfg.cache.allocator in ("paged", "jenga") and not mamba
 
 
 def kv_capacity(cfg: SimConfig) -> int:
@@ -152,4 +190,4 @@ def kv_cache_plan(cfg: SimConfig) -> KVCachePlan | None:
                     int(dep.kv_memory_per_gpu(cache.gpu_mem_util, cfg.scheduler.max_batched_tokens)))
     return plan_kv_cache(dep.model, dep.tp, cache.block_size, kv_bytes_per_gpu=kv_bytes,
                          num_blocks=cache.num_blocks, max_num_batched_tokens=cfg.scheduler.max_batched_tokens,
-                         hybrid=cache.hybrid_kv_cache, prefix_caching=cache.prefix_caching)
+                         hybrid=cache.hybrid_kv_cache, prefix_caching=prefix_caching_on(cfg))

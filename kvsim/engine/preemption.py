@@ -9,7 +9,15 @@ from kvsim.engine.step import StepPlan
 
 
 class Preemption:
-    """`_preempt` and `_swap_in` of `Scheduler`."""
+    """`_preempt` and `_swap_in` of `Scheduler`. `swap_piece_tokens`: tokens per contiguous piece a swap
+    moves (the block size for paged memory, 0 for contiguous memory: one piece per sequence)."""
+
+    swap_piece_tokens: int = 0
+
+    def _swap_pieces(self, tokens: int) -> int:
+        """Contiguous copies that move one sequence of `tokens` KV slots (vLLM v0: one per block)."""
+        b = self.swap_piece_tokens
+        return -(-tokens // b) if b else 1
 
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked, room, and it can come back
@@ -31,6 +39,7 @@ class Preemption:
         if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
             self.swap_used += tokens
             plan.swap_tokens += tokens
+            plan.swap_blocks += self.n[i] * self._swap_pieces(self.kv_len[i])
             plan.swapped_out.append(i)
             self.swapped.append(i)
             self.num_swap_outs += 1
@@ -68,6 +77,7 @@ class Preemption:
             plan.swapped_in.append(i)
             self.swap_used -= kv * len(seqs)
             plan.swap_tokens += kv * len(seqs)
+            plan.swap_blocks += len(seqs) * self._swap_pieces(kv)
             self.num_swap_ins += 1
             self.swapped_tokens += kv * len(seqs)
             self.kv_len[i] = kv + 1

@@ -102,6 +102,7 @@ class SchedulerBase:
         self.swap_used = 0
         self.num_preemptions = 0
         self.prefix_hit_tokens = 0          # cached prompt tokens at first admissions
+        self.cpu_hit_tokens = 0             # of which loaded from the CPU tier (kvsim/alloc/cpu_tier.py)
         self.admitted_prompt_tokens = 0     # prompt tokens of requests admitted at least once
         self.num_swap_outs = self.num_swap_ins = 0      # requests moved to and from CPU memory
         self.swapped_tokens = 0             # KV slots moved over PCIe, both ways, all sequences

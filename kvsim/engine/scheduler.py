@@ -17,6 +17,7 @@ replaced by forks of survivors at decode steps (`kvsim.engine.beams`), so they s
 from __future__ import annotations
 
 from kvsim.alloc.base import MemoryStats
+from kvsim.alloc.contiguous import ContiguousAllocator
 from kvsim.engine.lazy_decode import LazyDecodes
 from kvsim.engine.preemption import Preemption
 from kvsim.engine.request_state import SchedulerBase
@@ -32,6 +33,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._lazy_init()
+        # swaps move one copy per block (vLLM v0's swap_blocks); contiguous memory one per sequence
+        self.swap_piece_tokens = 0 if isinstance(self.alloc, ContiguousAllocator) else self.alloc.block_size
 
     # -- one step ---------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
@@ -51,8 +54,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         if self.cfg.chunked_prefill:
             budget, preempted_chunk = self._continue_prefills(plan, budget)
             preempted = preempted or preempted_chunk
-        if preempted or self.swapped:
-            plan.limited_by = _KV
+        if preempted or self.swapped:      # vLLM v0: no new prompt while any sequence is swapped out
+            plan.limited_by = _KV          # (vllm/core/scheduler.py `_schedule`: `if not self.swapped:`)
             if not preempted:
                 self._swap_in(plan)
         elif self.cfg.separate_prefill:
@@ -199,6 +202,7 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         single-sequence request takes only its first chunk's blocks now."""
         alloc, cfg = self.alloc, self.cfg
         can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
+        take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
         plan.limited_by = _BUDGET           # what stops admission while requests wait
         if self._lazy and not self.block_ids:
             return self._admit_lazy(plan, budget, now, _SEQS, _KV)
@@ -225,6 +229,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
                 plan.limited_by = _KV       # (hybrid: the first chunk's blocks, hits counted, must fit too)
                 break
             cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
+            loaded = take_loaded() if take_loaded is not None else 0    # CPU tier -> GPU over PCIe
+            plan.swap_tokens += loaded
             if len(seqs) > 1 and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
                 plan.limited_by = _KV
                 break
@@ -236,10 +242,19 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
                 self.prefix_hit_tokens += cached
+                self.cpu_hit_tokens += loaded
                 self.admitted_prompt_tokens += self.prompt[i]
             self.running.append(i)
             self.running_seqs += self.n[i]
             budget -= self._prefill_chunk(i, plan, budget)
+
+    def cpu_tier_counts(self) -> dict | None:
+        """The CPU tier's blocks (capacity, stored, dropped, loaded), or None without one."""
+        tier = getattr(self.alloc, "cpu_tier", None)
+        if tier is None:
+            return None
+        return {"capacity_blocks": tier.capacity_blocks, "stored_blocks": tier.stored,
+                "dropped_blocks": tier.dropped, "loaded_blocks": tier.loaded}
 
     def _batch_fits(self, i: int) -> bool:
         """Whether request `i` may join the batch besides fitting now (continuous batching: always;

@@ -97,9 +97,25 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
     summary["recomputed_tokens"] = sched.recomputed_tokens
     if stopped is not None:
         summary["stopped_early_s"] = stopped
+    tier = getattr(sched, "cpu_tier_counts", lambda: None)()
+    if tier is not None:
+        summary["cpu_kv"] = cpu_tier_summary([tier], [sched], cfg.deployment.kv_bytes_per_token(), parts.block_size)
     summary["beam"] = {"death_rate": cfg.scheduler.beam_death_rate, "forks": sched.beam_forks,
                        "copied_slots": sched.beam_copied_slots}
     return SimResult(summary, columns, log)
+
+
+def cpu_tier_summary(tiers: list[dict], scheds, kv_bytes_per_token: int, block_size: int) -> dict:
+    """The CPU tier's figures over one or more engines: blocks (capacity per engine, stored, dropped,
+    loaded), bytes loaded over PCIe, and the prefix hit rate per tier (hit tokens at first admissions
+    over admitted prompt tokens: `gpu_hit_rate` + `cpu_hit_rate` = `prefix_cache_hit_rate`)."""
+    admitted = sum(s.admitted_prompt_tokens for s in scheds)
+    cpu = sum(s.cpu_hit_tokens for s in scheds)
+    gpu = sum(s.prefix_hit_tokens for s in scheds) - cpu
+    out = {k: sum(t[k] for t in tiers) for k in ("stored_blocks", "dropped_blocks", "loaded_blocks")}
+    return {"capacity_blocks": tiers[0]["capacity_blocks"], **out,
+            "loaded_bytes": out["loaded_blocks"] * block_size * kv_bytes_per_token,
+            "gpu_hit_rate": gpu / admitted if admitted else 0.0, "cpu_hit_rate": cpu / admitted if admitted else 0.0}
 
 
 def _ids(trace: Trace) -> np.ndarray:

@@ -61,6 +61,7 @@ class StepPlan:
     decode_seqs: int = 0
     decode_context_tokens: int = 0    # KV tokens the decodes read, the new ones included
     swap_tokens: int = 0              # KV slots moved over PCIe this step (either way)
+    swap_blocks: int = 0              # contiguous pieces they move in (paged: blocks; contiguous: sequences)
     batch_requests: int = 0           # running requests
     # allocator calls, in order (made while scheduling, before the step's K/V writes)
     allocated: list[tuple[int, int]] = field(default_factory=list)  # (seq, prefix-cache hit tokens)
@@ -103,7 +104,7 @@ LIMITS = ("", "kv_memory", "max_num_seqs", "token_budget")
 class Stepper:
     """Advances `scheduler` one step (or one fast-forward window) at a time, timed with `cost`
     (`step_time(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens)` and
-    `swap_time(tokens)`, seconds; optionally `compute_bound(...)` with the same arguments) plus
+    `swap_time(tokens, pieces)`, seconds; optionally `compute_bound(...)` with the same arguments) plus
     `cpu_seconds(sequences)` (an engine profile's CPU time; None: none). `arrival_s` (sorted) is
     needed only for windows. `swap_s` adds up the PCIe time of the steps so far."""
 
@@ -126,7 +127,7 @@ class Stepper:
         if self._capped is not None:
             duration += self._capped.time(*self.sched.step_contexts(plan))
         if plan.swap_tokens:
-            swap = self.cost.swap_time(plan.swap_tokens)
+            swap = self.cost.swap_time(plan.swap_tokens, plan.swap_blocks)
             self.swap_s += swap
             duration += swap
         if self.cpu_seconds is not None:

@@ -40,7 +40,7 @@ class Bookkeeping:
     alloc_free_s: float = BLOCK_ALLOC_FREE_S
     copy_fixed_s: float = TABLE_COPY_FIXED_S
     copy_bytes_per_s: float = 2.5e10       # PCIe 4.0 x16 host-to-device, bytes/s
-    source: str = "defaults (kvsim/planning/bookkeeping.py)"
+    source: str = "stored defaults, not measured here (kvsim/planning/bookkeeping.py)"
 
     def __post_init__(self) -> None:
         for name in ("entry_s", "alloc_free_s", "copy_fixed_s"):
@@ -50,16 +50,17 @@ class Bookkeeping:
         if not (isinstance(self.copy_bytes_per_s, (int, float)) and self.copy_bytes_per_s > 0):
             raise ValueError(f"bookkeeping copy_bytes_per_s must be > 0, got {self.copy_bytes_per_s!r}")
 
-    def step_s(self, entries: float, allocs_frees: float) -> float:
-        """Seconds of one step holding `entries` block-table entries and allocating or freeing
-        `allocs_frees` blocks.
+    def step_s(self, entries: float, allocs_frees: float, copy_entries: float | None = None) -> float:
+        """Seconds of one step building `entries` block-table entries, copying `copy_entries` (default:
+        the same) to the GPU and allocating or freeing `allocs_frees` blocks.
 
         >>> import kvsim
         >>> bk = kvsim.Bookkeeping(entry_s=1e-7, alloc_free_s=1e-6, copy_fixed_s=0, copy_bytes_per_s=4e9)
         >>> round(bk.step_s(1000, 10) * 1e6, 3)     # microseconds: 1000 x (0.1 + 0.001) + 10 x 1
         111.0
         """
-        return (entries * (self.entry_s + ENTRY_BYTES / self.copy_bytes_per_s) + self.copy_fixed_s
+        copied = entries if copy_entries is None else copy_entries
+        return (entries * self.entry_s + copied * ENTRY_BYTES / self.copy_bytes_per_s + self.copy_fixed_s
                 + allocs_frees * self.alloc_free_s)
 
     def to_json(self) -> str:

@@ -4,8 +4,10 @@ Setups of the paper's Table 1: OPT-13B on 1 x A100-40GB (12 GiB of KV), OPT-66B 
 (21 GiB), OPT-175B on 8 x A100-80GB (264 GiB); ShareGPT-like and Alpaca-like Poisson traces. Runs:
 normalized latency against request rate for static batching, contiguous max/pow2/oracle and paged; the
 memory breakdown and mean batched requests per system at one rate; a block-size sweep; recompute against
-swap over block sizes. Every run goes through `run_sweep`. Traces are shorter than the paper's hour
-(`PaperPlan.duration_s`), which softens the latency explosion past capacity but keeps the knee.
+swap over block sizes; for OPT-13B the same capacity, batch, block-size and swap studies again under the
+low and high CPU-time variants of the main profile (`variants`). Every run goes through `run_sweep`.
+Traces last one hour as in the paper unless `duration_s` says otherwise (shorter traces soften the
+latency explosion past capacity but keep the knee).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ class PaperPlan:
     setups: tuple[str, ...]
     rates: dict = field(default_factory=dict)           # (setup, preset) -> rates
     table_rate: dict = field(default_factory=dict)      # (setup, preset) -> rate in `rates`
-    duration_s: float = 300.0
+    duration_s: float = 3600.0
     block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     block_rate: dict = field(default_factory=dict)      # preset -> rate for OPT-13B block-size sweep
     swap_rate: float = 3.0                              # ShareGPT rate of the recompute/swap study
     seed: int = 0
+    variants: tuple[str, ...] = ("low", "high")         # CPU-time variants run again for OPT-13B
 
 
 FULL = PaperPlan(
@@ -66,7 +69,10 @@ QUICK = PaperPlan(
     rates={("OPT-13B", "sharegpt"): (1.0, 3.0), ("OPT-13B", "alpaca"): (10, 40)},
     table_rate={("OPT-13B", "sharegpt"): 3.0, ("OPT-13B", "alpaca"): 40},
     duration_s=30.0, block_sizes=(4, 16, 128), block_rate={"sharegpt": 3.0, "alpaca": 40}, swap_rate=4.0,
+    variants=(),
 )
+#: The systems the variant runs compare (the ratios the paper states).
+VARIANT_SYSTEMS = ("vLLM (paged)", "Orca (Oracle)", "Orca (Max)")
 
 
 def engine_profiles() -> tuple[str | None, str | None]:
@@ -99,7 +105,8 @@ def capacity(curve: pd.DataFrame, threshold: float) -> float:
 
 @dataclass
 class PaperResults:
-    """Every run's row (`curves`, `blocks`, `swap`), the capacities and the wall time (s)."""
+    """Every run's row (`curves`, `blocks`, `swap`), the capacities and the wall time (s); `variants`:
+    per CPU-time variant name (e.g. 'vllm-2023:low'), OPT-13B's (curves, blocks, swap) under it."""
 
     plan: PaperPlan
     profile: str | None
@@ -109,6 +116,19 @@ class PaperResults:
     swap: pd.DataFrame
     capacities: pd.DataFrame
     wall_s: float
+    variants: dict = field(default_factory=dict)
+
+
+def _block_and_swap(plan: PaperPlan, extra: dict, workers: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """OPT-13B's block-size sweep per preset and its recompute-against-swap sweep under `extra` flags."""
+    base13 = {**SETUPS["OPT-13B"], "duration_s": plan.duration_s, "seed": plan.seed, **extra,
+              "allocator": "paged"}
+    blocks = pd.concat([_sweep({"block_size": list(plan.block_sizes)},
+                               {**base13, "preset": p, "rate": r}, workers).assign(preset=p)
+                        for p, r in plan.block_rate.items()], ignore_index=True)
+    swap = _sweep({"preemption": ["recompute", "swap"], "block_size": list(plan.block_sizes)},
+                  {**base13, "preset": "sharegpt", "rate": plan.swap_rate}, workers)
+    return blocks, swap
 
 
 def run_paper(plan: PaperPlan = FULL, workers: int | None = None) -> PaperResults:
@@ -130,15 +150,21 @@ def run_paper(plan: PaperPlan = FULL, workers: int | None = None) -> PaperResult
                             workers)
                 frames.append(df.assign(setup=setup, system=f"vLLM (paged, {side})", profile=side))
     curves = pd.concat(frames, ignore_index=True)
-    base13 = {**SETUPS["OPT-13B"], "duration_s": plan.duration_s, "seed": plan.seed, **extra,
-              "allocator": "paged"}
-    blocks = pd.concat([_sweep({"block_size": list(plan.block_sizes)},
-                               {**base13, "preset": p, "rate": r}, workers).assign(preset=p)
-                        for p, r in plan.block_rate.items()], ignore_index=True)
-    swap = _sweep({"preemption": ["recompute", "swap"], "block_size": list(plan.block_sizes)},
-                  {**base13, "preset": "sharegpt", "rate": plan.swap_rate}, workers)
+    blocks, swap = _block_and_swap(plan, extra, workers)
+    variants = {}
+    for v in (plan.variants if profile and "OPT-13B" in plan.setups else ()):
+        name = f"{profile}:{v}"
+        vframes = []
+        for preset in ("sharegpt", "alpaca"):
+            base = {**SETUPS["OPT-13B"], "preset": preset, "duration_s": plan.duration_s, "seed": plan.seed,
+                    "engine_profile": name}
+            for system in VARIANT_SYSTEMS:
+                df = _sweep({"rate": list(plan.rates[("OPT-13B", preset)])}, {**base, **SYSTEMS[system]}, workers)
+                vframes.append(df.assign(setup="OPT-13B", system=system, profile=name))
+        variants[name] = (pd.concat(vframes, ignore_index=True),
+                          *_block_and_swap(plan, {"engine_profile": name}, workers))
     return PaperResults(plan, profile, side, curves, blocks, swap, capacities(curves),
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, variants)
 
 
 def capacities(curves: pd.DataFrame) -> pd.DataFrame:

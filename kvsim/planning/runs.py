@@ -17,12 +17,14 @@ from typing import Any, Callable
 
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.specs import Deployment, get_gpu, get_model
+from kvsim.planning.vllm_flags import ALIASES as VLLM_ALIASES, translate
 from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.serving_dtype import with_dtype, with_quantization
 from kvsim.trace.table import Trace
 
 #: Flags that pick the deployment and the calibration rather than a config field.
 DEPLOYMENT_FLAGS = {"model": "opt-13b", "model_config": None, "gpu": "a100-40gb", "tp": 1,
-                    "kv_cache_dtype": "auto", "max_model_len": None,
+                    "kv_cache_dtype": "auto", "max_model_len": None, "dtype": None, "quantization": None,
                     "calibration": None, "force_calibration": False}
 
 
@@ -41,6 +43,17 @@ def _section_fields() -> dict[str, tuple[str, str]]:
 def run_flags() -> tuple[str, ...]:
     """Every flat run-flag name `make_config` accepts."""
     return tuple(DEPLOYMENT_FLAGS) + tuple(_section_fields())
+
+
+#: The types of the deployment flags (the others' come from their dataclass fields).
+DEPLOYMENT_FLAG_TYPES = {"model": "str", "model_config": "str | None", "gpu": "str", "tp": "int",
+                         "kv_cache_dtype": "str", "max_model_len": "int | None",
+                         "calibration": "str | None", "force_calibration": "bool"}
+
+
+def flag_types() -> dict[str, str]:
+    """Every run flag -> its type as written in the code ('int', 'float | None', 'str', ...)."""
+    return {**DEPLOYMENT_FLAG_TYPES, **{k: a for k, (_, a) in _section_fields().items()}}
 
 
 def _parse(flag: str, value: Any, annotation: str) -> Any:
@@ -67,9 +80,8 @@ def _parse(flag: str, value: Any, annotation: str) -> Any:
     return text
 
 
-#: vLLM's names for the same flags (as `kvsim run` accepts them).
-ALIASES = {"tensor_parallel_size": "tp", "num_gpu_blocks_override": "num_blocks",
-           "max_num_batched_tokens": "max_batched_tokens", "gpu_memory_utilization": "gpu_mem_util"}
+#: vLLM's names for the same flags (`kvsim.planning.vllm_flags`, as every command accepts them).
+ALIASES = VLLM_ALIASES
 
 
 def normalize_flag(name: str) -> str:
@@ -85,6 +97,7 @@ def make_config(config: SimConfig | None = None, **flags: Any) -> SimConfig:
     'pow2'
     """
     fields = _section_fields()
+    flags, _ = translate(flags)                        # vLLM's names; its ignored flags dropped
     flags = {normalize_flag(k): v for k, v in flags.items()}
     unknown = sorted(set(flags) - set(fields) - set(DEPLOYMENT_FLAGS))
     if unknown:
@@ -97,6 +110,7 @@ def make_config(config: SimConfig | None = None, **flags: Any) -> SimConfig:
         else:
             spec = load_hf_config(d["model_config"]) if d["model_config"] else get_model(d["model"])
         max_len = _parse("max_model_len", d["max_model_len"], "int | None")
+        spec = with_quantization(with_dtype(spec, d["dtype"]), d["quantization"])
         spec = spec.with_kv_cache_dtype(str(d["kv_cache_dtype"])).with_max_model_len(max_len)
         gpu = (config.deployment.gpu if config is not None and "gpu" not in dep_flags else get_gpu(d["gpu"]))
         deployment = Deployment(spec, gpu, _parse("tp", d["tp"], "int"))
@@ -119,7 +133,7 @@ def _current(config: SimConfig | None, flag: str) -> Any:
         return DEPLOYMENT_FLAGS[flag]
     dep = config.deployment
     return {"model": dep.model.name, "model_config": None, "gpu": dep.gpu.name, "tp": dep.tp,
-            "kv_cache_dtype": "auto", "max_model_len": None,
+            "kv_cache_dtype": "auto", "max_model_len": None, "dtype": None, "quantization": None,
             "calibration": None, "force_calibration": False}[flag]
 
 

@@ -13,10 +13,9 @@ is written at the end as `results.parquet` and `results.csv`.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
+import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -24,39 +23,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from kvsim.planning.runs import config_row, make_config, normalize_flag, run_flags, summary_row
 from kvsim.engine.config import SimConfig
+from kvsim.planning import sweep_store as store
+from kvsim.planning.pool import run_pool
+from kvsim.planning.runs import config_row, make_config, summary_row
+from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS, check_workload, grid_points, run_id
+from kvsim.planning.sweep_store import CSV_FILE, PARQUET_FILE, ROWS_FILE
+from kvsim.fleet.config import FLEET_FLAGS, fleet_from_flags
 from kvsim.trace.table import Trace
-
-#: Grid keys that shape the workload rather than the configuration.
-WORKLOAD_KEYS = ("trace", "preset", "rate", "time_scale", "duration_s", "num_requests", "max_requests")
-ROWS_FILE, PARQUET_FILE, CSV_FILE = "rows.jsonl", "results.parquet", "results.csv"
-
-
-def grid_points(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = None) -> list[dict]:
-    """The cross product of `grid` (in key order, last key fastest), each point merged over `base`.
-
-    >>> grid_points({"block_size": [8, 16], "allocator": ["paged"]}, {"kv_gib": 12})
-    [{'kv_gib': 12, 'block_size': 8, 'allocator': 'paged'}, {'kv_gib': 12, 'block_size': 16, 'allocator': 'paged'}]
-    """
-    known = set(run_flags()) | set(WORKLOAD_KEYS)
-    grid = {normalize_flag(k): list(v) for k, v in grid.items()}
-    base = {normalize_flag(k): v for k, v in (base or {}).items()}
-    if not grid:
-        raise ValueError("empty grid: give at least one --grid flag=v1,v2")
-    for key in [*grid, *base]:
-        if key not in known:
-            raise ValueError(f"unknown flag {key!r} in the grid; known: {', '.join(sorted(known))}")
-    for key, values in grid.items():
-        if not values:
-            raise ValueError(f"empty grid: flag {key!r} has no values")
-    return [{**base, **dict(zip(grid, combo))} for combo in itertools.product(*grid.values())]
-
-
-def run_id(point: Mapping[str, Any]) -> str:
-    """A stable 12-hex-digit id of a grid point (the same point gives the same id in every sweep)."""
-    text = json.dumps({k: point[k] for k in sorted(point)}, default=str, sort_keys=True)
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 @lru_cache(maxsize=8)
@@ -109,16 +83,21 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
               config: SimConfig | None = None) -> dict[str, Any]:
     """One grid point -> one row; any error is caught and recorded in the row (`status="error"`).
     The point's run flags apply over `config` when given."""
-    from kvsim.engine.sim import simulate
+    from kvsim.fleet.sim import run_summary
 
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
     try:
-        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS}
+        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS
+                 and k not in FLEET_FLAGS}
         cfg = make_config(config, **flags)
         tr = workload(point, trace)
-        result = simulate(tr, cfg, keep_steps=False)    # a row needs the summary only
-        row.update({**config_row(cfg), **point, **summary_row(result.summary)})
+        if point.get("prefill_replicas") is not None or point.get("decode_replicas") is not None:
+            from kvsim.fleet.disagg_plan import disagg_row
+            row.update({**config_row(cfg), **point, **disagg_row(tr, cfg, point)})
+        else:
+            summary = run_summary(tr, cfg, fleet_from_flags(point))    # a row needs the summary only
+            row.update({**config_row(cfg), **point, **summary_row(summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -126,72 +105,49 @@ def run_point(point: Mapping[str, Any], trace: Trace | None = None,
     return row
 
 
-_WORKER_ARGS: tuple[Trace | None, SimConfig | None] = (None, None)
-
-
-def _init_worker(trace: Trace | None, config: SimConfig | None) -> None:
-    global _WORKER_ARGS
-    _WORKER_ARGS = (trace, config)
-
-
-def _run_in_worker(point: dict) -> dict:
-    return run_point(point, *_WORKER_ARGS)
-
-
 def run_local(points: list[dict], trace: Trace | None, workers: int, on_row: Callable[[dict], None],
               config: SimConfig | None = None, on_started: Callable[[], None] | None = None) -> None:
-    """Run `points` on `workers` processes (1: in this process), handing each row to `on_row` as it
-    finishes; `trace` and `config` are sent to each worker once. `on_started` is called once the
-    workers exist (a progress bar's thread must not be running when they fork)."""
-    if workers == 1:
-        if on_started is not None:
-            on_started()
-        for p in points:
-            on_row(run_point(p, trace, config))
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
-                             initargs=(trace, config)) as pool:
-        futures = [pool.submit(_run_in_worker, p) for p in points]
-        if on_started is not None:
-            on_started()
-        for fut in as_completed(futures):
-            on_row(fut.result())
+    """Run `points` on `workers` processes (1: in this process; they die with it, see
+    `kvsim.planning.pool`), handing each row to `on_row` as it finishes; `trace` and `config` are sent
+    to each worker once. `on_started` is called once the workers exist."""
+    run_pool(run_point, points, (trace, config), workers, on_row, on_started)
 
 
-def _previous_rows(path: Path) -> dict[str, dict]:
-    """Rows already in rows.jsonl by run_id (the last one wins; a torn last line is skipped)."""
-    rows: dict[str, dict] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows[row["run_id"]] = row
-    return rows
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def _write_table(df: pd.DataFrame, out_dir: Path) -> None:
-    """results.parquet and results.csv, each written whole (temporary name, then rename)."""
-    for name, write in ((PARQUET_FILE, lambda p: df.to_parquet(p, index=False)),
-                        (CSV_FILE, lambda p: df.to_csv(p, index=False))):
-        tmp = out_dir / f".{name}.tmp"
-        write(tmp)
-        os.replace(tmp, out_dir / name)
+def _row_check(trace: Trace | None) -> Callable[[dict, dict], str | None]:
+    """`check(row, point)` for resumed rows: the row against the config its flags make and the number
+    of requests in its point's trace (`sweep_store.check_row`)."""
+    def check(row: dict, point: dict) -> str | None:
+        try:
+            cfg = make_config(None, **{k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS})
+            config = {k: v for k, v in config_row(cfg).items() if k not in point}
+        except (ValueError, OSError):
+            config = None
+        try:
+            num = len(workload(point, trace))
+        except (ValueError, OSError):
+            num = None
+        return store.check_row(row, point, config, num)
+    return check
 
 
 def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = None, *,
               trace: Trace | str | Path | None = None, preset: str | None = None,
               workers: int | None = None, ray: bool = False, ray_address: str | None = None,
               out_dir: str | Path | None = None, resume: bool = False, progress: bool = False,
-              **base_flags: Any) -> pd.DataFrame:
+              warn: Callable[[str], None] = _warn, **base_flags: Any) -> pd.DataFrame:
     """Run every point of `grid` (flag -> values) over `base` flags; one row per point, in grid order.
 
     Workload: `trace` (a Trace or a file), `preset` (Poisson arrivals; `rate` req/s, `duration_s`), or
     `trace`/`preset` keys in the grid. `workers` processes (default all cores; 1 runs here), or Ray tasks
-    with `ray=True` (local instance) or `ray_address`. Extra keyword flags join `base`.
+    with `ray=True` (local instance) or `ray_address`. Extra keyword flags join `base`. Every value is
+    checked against its key's type, every trace file read, before anything runs or is written; with
+    `out_dir` the folder is locked while the sweep runs, and `resume` keeps the rows of `rows.jsonl`
+    that are consistent with their points (`warn` is told of the others, which run again).
+    `df.attrs["sweep"]` counts the points run, resumed and failed.
 
     >>> import kvsim
     >>> df = kvsim.run_sweep({"block_size": [16, 64]}, {"kv_gib": 12, "num_requests": 20},
@@ -206,23 +162,46 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
         from kvsim.trace.formats import load_trace
         base["trace"], trace = str(trace), load_trace(trace)
     points = grid_points(grid, base)
+    if trace is not None and any(p.get("trace") != base.get("trace") for p in points):
+        raise ValueError("give a TRACE or a grid key trace, not both")
+    for path in dict.fromkeys(str(p["trace"]) for p in points if p.get("trace") is not None):
+        if trace is None:
+            _file_trace(path)                    # a grid's trace files: read (and checked) before any run
+    for p in points:
+        check_workload(p, have_trace=trace is not None)
     ids = [run_id(p) for p in points]
-    if ray_address:                      # before anything is written
-        from kvsim.planning.ray_backend import check_address
-        check_address(ray_address)
+    if ray or ray_address:                       # before anything is written
+        from kvsim.planning.ray_backend import check_address, check_ray
+        check_ray()
+        if ray_address:
+            check_address(ray_address)
     out = None if out_dir is None else Path(out_dir)
-    done: dict[str, dict] = {}
-    if out is not None:
-        if (out / ROWS_FILE).exists() and not resume:
+    if out is None:
+        return _run(points, ids, {}, trace, workers, ray, ray_address, None, progress)
+    from kvsim.files import check_output_folder
+    check_output_folder(out, "--out")
+    out.mkdir(parents=True, exist_ok=True)
+    lock = store.lock_folder(out, warn)
+    try:
+        store.clean_temps(out)
+        if store.has_rows(out / ROWS_FILE) and not resume:
             raise ValueError(f"{out} already holds a sweep ({ROWS_FILE}); pass --resume to continue it, "
                              "or choose another folder")
-        out.mkdir(parents=True, exist_ok=True)
-        wanted = set(ids)
-        done = {k: r for k, r in _previous_rows(out / ROWS_FILE).items()
-                if k in wanted and r.get("status") == "ok"}
+        done = store.previous_rows(out / ROWS_FILE, dict(zip(ids, points)), _row_check(trace), warn)
+        df = _run(points, ids, done, trace, workers, ray, ray_address, out, progress)
+        store.write_table(df, out)
+    finally:
+        store.unlock_folder(out, lock)
+    return df
+
+
+def _run(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace | None,
+         workers: int | None, ray: bool, ray_address: str | None, out: Path | None,
+         progress: bool) -> pd.DataFrame:
+    """Run the points not `done`, appending each row to out/rows.jsonl as it finishes; the table."""
     todo = [p for p, i in zip(points, ids) if i not in done]
     rows = dict(done)
-    log = None if out is None else open(out / ROWS_FILE, "a", encoding="utf-8")
+    path = None if out is None else out / ROWS_FILE
     bars: list = []
 
     def start_bar() -> None:
@@ -230,11 +209,18 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
             bars.append(bar)
 
     try:
+        log = None if path is None else open(path, "a", encoding="utf-8")
+    except OSError as exc:
+        raise store.write_error(path, exc) from None
+    try:
         def on_row(row: dict) -> None:
             rows[row["run_id"]] = row
             if log is not None:
-                log.write(json.dumps(row, default=str) + "\n")
-                log.flush()
+                try:
+                    log.write(json.dumps(row, default=str) + "\n")
+                    log.flush()
+                except OSError as exc:
+                    raise store.write_error(path, exc) from None
             for bar in bars:
                 bar.advance(bar.task_ids[0])
 
@@ -248,10 +234,13 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
         for bar in bars:
             bar.stop()
         if log is not None:
-            log.close()
+            try:
+                log.close()
+            except OSError:
+                pass
     df = pd.DataFrame([rows[i] for i in ids])
-    if out is not None:
-        _write_table(df, out)
+    df.attrs["sweep"] = {"points": len(ids), "resumed": len(done), "run": len(todo),
+                         "failed": int((df.status != "ok").sum()) if len(df) else 0}
     return df
 
 
@@ -277,4 +266,4 @@ def read_sweep(out_dir: str | Path) -> pd.DataFrame:
 
 
 __all__: Iterable[str] = ("run_sweep", "grid_points", "run_point", "run_id", "workload", "read_sweep",
-                          "WORKLOAD_KEYS")
+                          "run_local", "WORKLOAD_KEYS", "ROWS_FILE", "PARQUET_FILE", "CSV_FILE")

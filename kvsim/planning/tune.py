@@ -8,12 +8,18 @@ It then puts the two sides of the trade-off on one table:
 - waste: reserved + internal fragmentation as a share of allocated KV (saturated run), and the
   analytic internal fragmentation at each request's peak, E[ceil(L / b) b - L] / E[ceil(L / b) b] with
   L = prompt + output - 1;
-- indirection: the paged kernel's gather cost (cost model or calibration: the decode-attention factor
-  at b against a contiguous kernel) and the bookkeeping (block-table entries built and copied each step,
-  blocks allocated and freed), both as a share of the step time at the saturated operating point.
-The simulated throughput already includes the kernel factor; the bookkeeping is not simulated, so the
-capacity is corrected by step / (step + bookkeeping). The recommendation is the block size with the
-highest corrected capacity; sizes within TOLERANCE of it form the good range.
+- indirection: the paged kernel's gather cost (the profile's kernel family, `kvsim.cost.kernels`, or a
+  calibration: the decode-attention factor at b against a contiguous kernel) and the bookkeeping
+  (block-table entries built and copied each step, blocks allocated and freed), both as a share of the
+  step time (kernels + the profile's CPU time) at the saturated operating point.
+Both runs use the profile's own kernel cost, so every run prices a block size the same way. Block
+tables are counted as the profile's engine builds them: vLLM v0 (`padded-longest`) rebuilds every
+sequence's table each step padded to the longest sequence of the batch; V1 (`persistent`) appends new
+blocks only and copies `batch x ceil(max_model_len / b)` entries. The simulated throughput already
+includes the kernel factor; the bookkeeping is not simulated, so the capacity is corrected by
+step / (step + bookkeeping). The recommendation is the block size with the highest corrected capacity;
+sizes within TOLERANCE of it form the good range. Candidates default to the block sizes the profile's
+kernel runs; sizes it cannot run are simulated when asked for, with a warning.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from kvsim.engine.config import SimConfig, kv_cache_plan
+from kvsim.cost.kernels import get_kernel
+from kvsim.cost.profiles import CPU_VARIANTS, VARIANTS
 from kvsim.cost.roofline import CostModel
 from kvsim.planning.bookkeeping import Bookkeeping
 from kvsim.planning.runs import make_config
@@ -31,7 +39,7 @@ from kvsim.planning.sweep import run_sweep
 from kvsim.engine.sim import SimResult, simulate
 from kvsim.trace.table import Trace
 
-#: Block sizes swept by default (tokens).
+#: Block sizes of the vLLM paper's study (tokens); the tuner's default is the profile kernel's own sizes.
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Block sizes whose corrected capacity is within this fraction of the best form the good range.
 TOLERANCE = 0.02
@@ -46,6 +54,7 @@ class TuneResult:
     good_range: tuple[int, int]
     reason: str
     workload: dict
+    warnings: tuple[str, ...] = ()
 
 
 def peak_waste(trace: Trace, block_size: int) -> float:
@@ -62,13 +71,33 @@ def saturated(trace: Trace) -> Trace:
 
 
 def _indirection(cfg: SimConfig, block_size: int, batch: float, context: float, entries: float,
-                 allocs_frees: float, bk: Bookkeeping) -> tuple[float, float, float]:
+                 allocs_frees: float, bk: Bookkeeping, copy_entries: float | None = None) -> tuple[float, float, float]:
     """(kernel gather s, bookkeeping s, step s) of one decode step of `batch` sequences reading
-    `context` KV tokens in all, at `block_size`."""
+    `context` KV tokens in all, at `block_size`: the profile's kernel family (or the calibration) against
+    a contiguous kernel; the step includes the profile's CPU time."""
     b, ctx = max(1, round(batch)), int(context)
-    paged = CostModel(cfg.deployment, block_size, True, cfg.calibration).step_time(0, 0, b, ctx)
-    contiguous = CostModel(cfg.deployment, block_size, False, cfg.calibration).step_time(0, 0, b, ctx)
-    return paged - contiguous, bk.step_s(entries, allocs_frees), paged
+    profile = cfg.profile()
+    penalty = profile.paged_penalty or cfg.calibration is not None
+    paged = CostModel(cfg.deployment, block_size, penalty, cfg.calibration, step_overhead_s=0.0).step_time(0, 0, b, ctx)
+    contiguous = CostModel(cfg.deployment, block_size, False, cfg.calibration, step_overhead_s=0.0).step_time(0, 0, b, ctx)
+    step = paged + profile.cpu_seconds(b)
+    return paged - contiguous, bk.step_s(entries, allocs_frees, copy_entries), step
+
+
+def _table_entries(cfg: SimConfig, trace: Trace, bs: int, batch: float, held: float,
+                   new_blocks: float) -> tuple[float, float]:
+    """(entries built, entries copied) per step as the profile's engine keeps block tables: v0 pads each
+    sequence's table to the longest of the batch (its expected length: the batch/(batch+1) quantile of
+    the requests' peak blocks, the expected maximum of `batch` draws); V1 appends `new_blocks` and copies
+    a table row of ceil(max_model_len / b) entries per request. `held`: blocks held (no padding)."""
+    if cfg.profile().block_table == "persistent":
+        max_len = cfg.deployment.model.max_seq_len
+        return new_blocks, batch * -(-max_len // bs)
+    peak = trace.prompt_tokens + trace.output_tokens - 1
+    q = batch / (batch + 1) if batch > 0 else 0.5
+    longest = float(np.quantile(-(-peak // bs), q))
+    padded = max(held, batch * longest)
+    return padded, padded
 
 
 def saturated_window(steps: pd.DataFrame, requests: pd.DataFrame) -> dict:
@@ -105,8 +134,9 @@ def _row(trace: Trace, cfg: SimConfig, bs: int, sat: SimResult, live: dict, bk: 
     mean_step_s = win["span_s"] / max(1, win["steps"])
     finished_per_step = win["tokens_per_s"] / float(trace.output_tokens.mean()) * mean_step_s
     allocs_frees = 2 * per_request * finished_per_step
-    gather_s, book_s, step_s = _indirection(cfg, bs, win["batch"], win["token_states"], entries,
-                                            allocs_frees, bk)
+    built, copied = _table_entries(cfg, trace, bs, win["batch"], entries, allocs_frees / 2)
+    gather_s, book_s, step_s = _indirection(cfg, bs, win["batch"], win["token_states"], built,
+                                            allocs_frees, bk, copied)
     thr = win["tokens_per_s"]
     return {
         "block_size": bs,
@@ -115,7 +145,8 @@ def _row(trace: Trace, cfg: SimConfig, bs: int, sat: SimResult, live: dict, bk: 
         "mean_batch_size": win["batch"],
         "throughput_tokens_per_s": thr,
         "preemptions": sat.summary["preemptions"],
-        "block_table_entries": entries,
+        "block_table_entries": built,
+        "block_table_entries_copied": copied,
         "blocks_alloc_free_per_step": allocs_frees,
         "gather_fraction": gather_s / step_s,
         "bookkeeping_fraction": book_s / (step_s + book_s),
@@ -126,36 +157,34 @@ def _row(trace: Trace, cfg: SimConfig, bs: int, sat: SimResult, live: dict, bk: 
     }
 
 
-def _with_gather(cfg: SimConfig) -> SimConfig:
-    """`cfg` with the paged kernel's gather cost on, whatever the engine profile: the block-size
-    dependence of that cost (cost model factor or calibration) is the trade the tuner measures, so the
-    saturated runs always pay it (vllm-v1, which models today's kernels at block 16, leaves it out)."""
-    return replace(cfg, engine_profile=replace(cfg.profile(), paged_penalty=True))
-
-
-def tune_block_size(trace: Trace | str, *, block_sizes=BLOCK_SIZES, bookkeeping: Bookkeeping | None = None,
-                    workers: int | None = 1, **flags) -> TuneResult:
-    """Sweep `block_sizes` (tokens) for `trace` (a Trace or a trace file) with the paged allocator on the
-    deployment given by run `flags` (as `kvsim.make_config`: model, gpu, tp, kv_gib, ...) and recommend
-    one (the measure is in the module docstring). Deterministic for a trace and flags.
+def tune_block_size(trace: Trace | str, *, block_sizes=None, bookkeeping: Bookkeeping | None = None,
+                    workers: int | None = 1, cpu_variants: bool = True, **flags) -> TuneResult:
+    """Sweep `block_sizes` (tokens; default: the sizes the profile's kernel runs) for `trace` (a Trace or
+    a trace file) with the paged allocator on the deployment given by run `flags` (as
+    `kvsim.make_config`: model, gpu, tp, kv_gib, engine_profile, ...) and recommend one (the measure is
+    in the module docstring). With `cpu_variants`, the saturated runs are repeated under the profile's
+    low and high CPU-time variants and a recommendation that moves is reported as a range. Deterministic.
 
     >>> import kvsim
     >>> tr = kvsim.generate_trace("alpaca", rate_rps=20, num_requests=200, seed=0)
-    >>> r = kvsim.tune_block_size(tr, block_sizes=(1, 16, 256), model="opt-13b", kv_gib=2)
-    >>> r.recommended
-    16
+    >>> r = kvsim.tune_block_size(tr, model="opt-13b", kv_gib=2, engine_profile="vllm-2023")
+    >>> list(r.curve.block_size), r.workload["kernel"]     # the sizes the 2023 kernel runs
+    ([8, 16, 32], 'vllm-v0-paged')
     """
     if not isinstance(trace, Trace):
         from kvsim.trace.formats import load_trace
         trace = load_trace(trace)
-    sizes = sorted({int(b) for b in block_sizes})
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"block sizes must be >= 1 token, got {list(block_sizes)}")
     if len(trace) == 0:
         raise ValueError("the trace has no requests")
-    bk = bookkeeping or Bookkeeping()
     flags = {**flags, "allocator": "paged"}
-    cfgs = [_with_gather(make_config(**flags, block_size=b)) for b in sizes]
+    kernel = get_kernel(make_config(**flags).profile().kernel)
+    sizes = sorted({int(b) for b in (kernel.candidates() if block_sizes is None else block_sizes)})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"block sizes must be >= 1 token, got {list(block_sizes or [])}")
+    warnings = tuple(f"block size {b}: the {kernel.name} kernel does not run it (it runs "
+                     f"{kernel.accepted_text()}); simulated anyway" for b in sizes if not kernel.accepts(b))
+    bk = bookkeeping or Bookkeeping()
+    cfgs = [make_config(**flags, block_size=b) for b in sizes]
     sat = [simulate(saturated(trace), c) for c in cfgs]
     rows = run_sweep({"block_size": sizes}, base=flags, trace=trace, workers=workers)
     failed = rows[rows.status != "ok"]
@@ -169,9 +198,48 @@ def tune_block_size(trace: Trace | str, *, block_sizes=BLOCK_SIZES, bookkeeping:
     workload = {"requests": len(trace), "mean_prompt": float(trace.prompt_tokens.mean()),
                 "mean_output": float(trace.output_tokens.mean()),
                 "mean_peak": float((trace.prompt_tokens + trace.output_tokens - 1).mean()),
-                "capacity_tokens": sat[0].summary["kv"]["capacity_tokens"], "bookkeeping": bk.source}
-    result = TuneResult(curve, rec, (int(good.min()), int(good.max())), "", workload)
-    return replace(result, reason=explain(result) + _raised_note(cfgs, sizes))
+                "capacity_tokens": sat[0].summary["kv"]["capacity_tokens"], "bookkeeping": bk.source,
+                "kernel": kernel.name, "kernel_basis": kernel.basis, "kernel_source": kernel.source,
+                "engine_profile": cfgs[0].profile().name}
+    profile = cfgs[0].profile()
+    base = profile.name.split(":")[0]
+    by_variant = {profile.variant or "as given": rec}
+    if cpu_variants and base in CPU_VARIANTS and profile.variant in VARIANTS:
+        for v in (x for x in VARIANTS if x != profile.variant):
+            vc = [make_config(**{**flags, "engine_profile": f"{base}:{v}"}, block_size=b) for b in sizes]
+            vcurve = pd.DataFrame([_row(trace, c, b, simulate(saturated(trace), c), l, bk)
+                                   for c, b, l in zip(vc, sizes, live)])
+            by_variant[v] = int(vcurve.block_size[vcurve.capacity_tokens_per_s.idxmax()])
+    workload["recommended_by_cpu_variant"] = by_variant
+    result = TuneResult(curve, rec, (int(good.min()), int(good.max())), "", workload, warnings)
+    return replace(result, reason=explain(result) + _edge_note(rec, sizes, kernel) + _raised_note(cfgs, sizes)
+                   + _basis_note(profile, kernel, bk, cfgs[0].calibration is not None, by_variant))
+
+
+def _basis_note(profile, kernel, bk: Bookkeeping, calibrated: bool, by_variant: dict) -> str:
+    """Which costs are measured, published or assumed, and how the answer moves across CPU variants."""
+    cpu = ("measured rows, " + profile.source if profile.cpu_step_s or profile.cpu_seq_s else "none")
+    gather = "measured (--calibration)" if calibrated else f"{kernel.basis} ({kernel.source})"
+    book = "measured on this CPU" if bk.source.startswith("measured") else "assumed (stored defaults)"
+    text = f" Costs: paged kernel {gather}; CPU time {cpu}; bookkeeping {book}."
+    picks = sorted(set(by_variant.values()))
+    if len(by_variant) > 1:
+        text += " Across CPU-time variants: " + ", ".join(f"{v} {b}" for v, b in by_variant.items()) + (
+            f", so the recommendation is a range, {picks[0]} to {picks[-1]} tokens." if len(picks) > 1
+            else ": the same block size under each.")
+    return text
+
+
+def _edge_note(rec: int, sizes: list[int], kernel) -> str:
+    """A sentence when the best size is at an edge of the grid: whether the kernel runs the next size."""
+    if len(sizes) < 2 or rec not in (sizes[0], sizes[-1]):
+        return ""
+    nxt = rec * 2 if rec == sizes[-1] else rec // 2
+    side = "largest" if rec == sizes[-1] else "smallest"
+    if nxt >= 1 and kernel.accepts(nxt):
+        return (f" Grid edge: {rec} is the {side} size tried and the {kernel.name} kernel also runs {nxt}: "
+                f"widen --block-sizes to see whether it is better.")
+    return f" Grid edge: {rec} is the {side} size tried; the {kernel.name} kernel runs no {'larger' if nxt > rec else 'smaller'} power of two."
 
 
 def _raised_note(cfgs: list, sizes: list[int]) -> str:

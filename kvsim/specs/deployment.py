@@ -35,6 +35,28 @@ def activation_reserve_bytes(model: ModelSpec, max_batched_tokens: int) -> float
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryLedger:
+    """One GPU's memory as vLLM's start-up profiling splits it (bytes, per GPU): `total` as the device
+    reports it, `budget` = total x gpu_memory_utilization, then `weights` (its share of the model),
+    `activation_peak` (the profiling forward pass), `non_torch` (CUDA context, NCCL, cuBLAS) and `kv`,
+    what is left for the KV cache (budget minus the three; negative when the weights do not fit)."""
+
+    total: float
+    gpu_mem_util: float
+    weights: float
+    activation_peak: float
+    non_torch: float
+
+    @property
+    def budget(self) -> float:
+        return self.total * self.gpu_mem_util
+
+    @property
+    def kv(self) -> float:
+        return self.budget - self.weights - (self.activation_peak + self.non_torch)   # (as summed before)
+
+
+@dataclass(frozen=True, slots=True)
 class Deployment:
     """A model on `tp` GPUs of one kind with tensor parallelism: weights and attention heads split evenly
     (tp must divide the attention heads); KV heads split, or replicated when tp exceeds them so that each
@@ -85,13 +107,18 @@ class Deployment:
         per_gpu = self.kv_memory_per_gpu(gpu_mem_util, max_batched_tokens)
         return _bounded(int(math.floor(per_gpu * self.tp / per_token)), f"--tp {self.tp}")
 
+    def memory_ledger(self, gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192) -> MemoryLedger:
+        """One GPU's memory split as vLLM's start-up profiling logs it (`MemoryLedger`)."""
+        if not 0 < gpu_mem_util <= 1:
+            raise ValueError(f"--gpu-mem-util must be in (0, 1], got {gpu_mem_util}")
+        reserve = activation_reserve_bytes(self.model, max_batched_tokens)
+        return MemoryLedger(float(self.gpu.memory_bytes), gpu_mem_util, self.model.weight_bytes / self.tp,
+                            reserve - NON_TORCH_RESERVE_BYTES, float(NON_TORCH_RESERVE_BYTES))
+
     def kv_memory_per_gpu(self, gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192) -> float:
         """Bytes each GPU leaves for the KV cache: its memory x `gpu_mem_util` minus its share of the
         weights and `activation_reserve_bytes(model, max_batched_tokens)` (vLLM's available KV memory)."""
-        if not 0 < gpu_mem_util <= 1:
-            raise ValueError(f"--gpu-mem-util must be in (0, 1], got {gpu_mem_util}")
-        per_gpu = (self.gpu.memory_bytes * gpu_mem_util - self.model.weight_bytes / self.tp
-                   - activation_reserve_bytes(self.model, max_batched_tokens))
+        per_gpu = self.memory_ledger(gpu_mem_util, max_batched_tokens).kv
         if per_gpu <= 0:
             raise ValueError(f"{self.model.name} on {self.tp} x {self.gpu.name} at gpu-mem-util "
                              f"{gpu_mem_util}: weights leave no memory for the KV cache")

@@ -33,10 +33,17 @@ def weight_bytes_per_param(quant: dict, where: str) -> float:
     if method in _FIXED_BYTES:
         return _FIXED_BYTES[method]
     if method == "bitsandbytes":
+        for key in ("load_in_4bit", "load_in_8bit"):
+            if quant.get(key) is not None and not isinstance(quant[key], bool):
+                raise ValueError(f"{where}: quantization_config.{key} must be true or false, got "
+                                 f"{json.dumps(quant[key])}")
         return 0.5 if quant.get("load_in_4bit") else 1.0
     if method in _GROUPED:
         bits = _quant_int(quant, ("bits", "w_bit"), 4, 1, where)
         group = _quant_int(quant, ("group_size", "q_group_size"), 128, -1, where)   # -1: one group per row
+        if group == 0:
+            key = "group_size" if "group_size" in quant else "q_group_size"
+            raise ValueError(f"{where}: quantization_config.{key} must be -1 (per channel) or >= 1, got 0")
         return bits / 8 + ((2 + bits / 8) / group if group > 0 else 0.0)
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
@@ -125,8 +132,16 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if cfg.get("kv_lora_rank") is not None:                # MLA: the query/key head is nope + rope wide
         head_dim = int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0) or head_dim
     max_len = need("max_position_embeddings", "n_positions", "max_seq_len")
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16").replace("torch.", "")
-    dtype_bytes = _DTYPE_BYTES.get(dtype, 2)
+    dtype_bytes = _dtype_bytes(cfg, path)
+    if "head_dim" not in cfg and "attention_head_dim" not in cfg and hidden % heads:
+        raise ValueError(f"{path}: field 'hidden_size' ({hidden}) must be divisible by the attention heads "
+                         f"({heads}) when no head_dim is given")
+    if heads % kv_heads:
+        raise ValueError(f"{path}: field 'num_attention_heads' ({heads}) must be a multiple of "
+                         f"'num_key_value_heads' ({kv_heads})")
+    if cfg.get("tie_word_embeddings") is not None and not isinstance(cfg["tie_word_embeddings"], bool):
+        raise ValueError(f"{path}: field 'tie_word_embeddings' must be true or false, got "
+                         f"{json.dumps(cfg['tie_word_embeddings'])}")
     vocab = int(cfg.get("vocab_size", 32000))
     tied = bool(cfg.get("tie_word_embeddings", cfg.get("model_type") == "opt"))
 
@@ -180,6 +195,20 @@ def load_hf_config(path: str | Path) -> ModelSpec:
                      float(params), active_params=float(active) if experts else None,
                      num_experts=experts, experts_per_token=per_token, weight_bytes_per_param=wbytes,
                      unquantized_params=unquantized, layer_groups=groups)
+
+
+def _dtype_bytes(cfg: dict, path: Path) -> int:
+    """Bytes per weight of the config's `torch_dtype` (or `dtype`; default float16); ValueError naming
+    the field for a type kvsim does not know (e.g. "int4", which is a quantization, not a dtype)."""
+    key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
+    value = cfg.get(key)
+    if value is None:
+        return 2
+    dtype = value.replace("torch.", "") if isinstance(value, str) else None
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError(f"{path}: field {key!r} must be one of {', '.join(_DTYPE_BYTES)}, got "
+                         f"{json.dumps(value)}")
+    return _DTYPE_BYTES[dtype]
 
 
 def _attention_params(cfg: dict, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:

@@ -27,7 +27,7 @@ import pandas as pd
 from kvsim.trace.table import Trace
 from kvsim.trace.text import (DuplicateKeyError, TraceError, check_trace_file, json_objects, text_lines,
                               unique_keys)
-from kvsim.trace.jsonl import read_jsonl
+from kvsim.trace.jsonl import MOONCAKE_BLOCK, read_jsonl
 from kvsim.trace.synthetic import poisson_arrivals
 
 FORMATS = ("auto", "jsonl", "azure", "mooncake", "vidur")
@@ -89,6 +89,10 @@ def read_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
     fmt = detect_format(path) if format == "auto" else format
     if rate is not None and fmt != "vidur":
         raise TraceError(f"{path}: rate applies only to files without timestamps (vidur lengths files)")
+    if hash_block_size is not None and fmt != "jsonl" and not (fmt == "mooncake" and hash_block_size == MOONCAKE_BLOCK):
+        raise TraceError(f"{path}: hash block size {hash_block_size} does not apply to a {fmt} trace ("
+                         + (f"its hash_ids cover {MOONCAKE_BLOCK}-token blocks)" if fmt == "mooncake"
+                            else "it has no block hashes)"))
     if fmt == "jsonl":
         trace = read_jsonl(path, hash_block_size=hash_block_size)
         return trace, ConversionReport(path.name, fmt, len(trace))

@@ -63,11 +63,11 @@ def _mooncake_blocks(trace: Trace) -> bool:
                 and np.any(prompt >= 2 * MOONCAKE_BLOCK))
 
 
-def write_jsonl(trace: Trace, path: str | Path) -> None:
+def write_jsonl(trace: Trace, path: str | Path, flag: str | None = None) -> None:
     """Write `trace` as kvsim JSONL, whole or not at all; optional fields appear only where they differ
-    from their default."""
+    from their default. Write errors name `path` and, given, the `flag` that chose it."""
     has_ids, groups = trace.ids is not None, trace.prefix_group
-    with atomic_write(path) as f:
+    with atomic_write(path, flag=flag) as f:
         for start in range(0, len(trace), _CHUNK_LINES):
             rows = range(start, min(start + _CHUNK_LINES, len(trace)))
             arrival, prompt, output = (trace.arrival_s[rows.start:rows.stop].tolist(),

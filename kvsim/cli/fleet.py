@@ -1,0 +1,85 @@
+"""The fleet's command-line options (`kvsim run --replicas N --router ...`, `kvsim capacity --router`)
+and its table: requests routed, the router's decisions, imbalance and each replica's key figures."""
+
+from __future__ import annotations
+
+import typer
+
+ReplicasOpt = typer.Option(1, "--replicas", help="Engines behind the router, each the whole deployment "
+                           "(its --tp GPUs, KV cache, scheduler and prefix cache); 1: one engine.")
+RouterOpt = typer.Option("round-robin", "--router", help="How requests are spread over the replicas: "
+                         "round-robin, least-requests, least-kv or prefix-aware (docs/fleet.md).")
+BalanceAbsOpt = typer.Option(64, "--router-balance-abs", help="prefix-aware: the fleet is out of balance "
+                             "when the busiest replica has more than this many outstanding requests above the "
+                             "idlest (and --router-balance-rel times as many); then the idlest takes the request "
+                             "(SGLang's balance_abs_threshold).")
+BalanceRelOpt = typer.Option(1.5, "--router-balance-rel", help="prefix-aware: the ratio part of that test "
+                             "(SGLang's balance_rel_threshold).")
+CacheThresholdOpt = typer.Option(0.3, "--router-cache-threshold", help="prefix-aware: the share of a "
+                                 "prompt's shareable blocks a replica must hold to win it on its prefix "
+                                 "(SGLang's cache_threshold).")
+CpuKvOpt = typer.Option(0.0, "--cpu-kv-gib", help="CPU memory per replica keeping KV blocks the GPU prefix "
+                        "cache evicts (LRU); a later hit loads them over PCIe (vLLM's --kv-offloading-size; "
+                        "needs --prefix-caching).")
+
+
+def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold, out=None):
+    """The `FleetConfig` of the flags (ValueError naming the flag when one is wrong; `out`: `--out`,
+    which a fleet run does not write)."""
+    from kvsim.fleet.config import FleetConfig
+    if out is not None and replicas > 1:
+        raise ValueError("--out: a fleet run (--replicas > 1) writes its summary with --json only")
+    return FleetConfig(replicas, router, balance_abs, balance_rel, cache_threshold)
+
+
+def run_one(trace, cfg, fleet, progress, steps_csv):
+    """`kvsim run`'s simulation: one engine (`kvsim.engine.sim.simulate`, its steps streamed to
+    `steps_csv`), or for more than one replica the fleet (`kvsim.fleet.sim.simulate_fleet`)."""
+    if fleet.replicas == 1:
+        from kvsim.engine.sim import simulate
+        return simulate(trace, cfg, progress, keep_steps=False, step_sink=steps_csv)
+    from kvsim.fleet.sim import simulate_fleet
+    return simulate_fleet(trace, cfg, fleet, progress)
+
+
+def print_fleet(summary: dict) -> None:
+    """The fleet section of a run's summary: one row per replica, then routing and imbalance."""
+    from rich.table import Table
+
+    from kvsim.cli.output import console
+
+    fleet = summary.get("fleet")
+    if fleet is None:
+        return
+    table = Table(title=f"{fleet['replicas']} replicas, {fleet['router']} router ({fleet['gpus']} GPUs)")
+    for name in ("replica", "requests", "finished", "TTFT p99 (s)", "prefix hits", "KV used", "preemptions"):
+        table.add_column(name, justify="right")
+    for r, s in enumerate(fleet["per_replica"]):
+        p99 = s["ttft_s"]["p99"]
+        used = 1.0 - s["kv"]["mean_fraction"]["free"]
+        table.add_row(str(r), f"{s['requests_total']:,}", f"{s['requests_finished']:,}",
+                      "-" if p99 is None else f"{p99:.3g}", f"{s['prefix_cache_hit_rate']:.1%}",
+                      f"{used:.1%}", f"{s['preemptions']:,}")
+    console.print(table)
+    imb = fleet["imbalance"]
+    decisions = ", ".join(f"{k} {v:,}" for k, v in fleet["decisions"].items()) or "-"
+    console.print(f"imbalance (max / mean): requests {imb['requests_max_over_mean']:.2f}, KV used "
+                  f"{imb['kv_used_max_over_mean']:.2f}; router decisions: {decisions}", highlight=False)
+
+
+def print_fleet_gpus(console, df, rate: float) -> None:
+    """`kvsim capacity --gpus-for RATE --router R`: the fewest replicas per TP degree, fleets simulated."""
+    from rich.table import Table
+
+    t = Table(title=f"GPUs for {rate:g} req/s, fleets simulated behind the {df.router.iloc[0]} router")
+    metrics = [c for c in df.columns if c.startswith(("ttft_", "tpot_", "e2e_", "normalized_"))]
+    for col in ("TP", "fits", "replicas", "GPUs", *metrics, "prefix hits", "runs", "note"):
+        t.add_column(col, justify="right")
+    num = (lambda v, f: "-" if v is None or v != v else f.format(v))
+    for r in df.to_dict("records"):
+        t.add_row(str(r["tp"]), {True: "yes", False: "no"}.get(r["fits"], "-"), num(r["replicas"], "{:.0f}"),
+                  num(r["gpus"], "{:.0f}"), *(num(r[m], "{:.3g}") for m in metrics),
+                  num(r.get("prefix_cache_hit_rate"), "{:.1%}"), str(r["runs"]), r["note"][:60])
+    console.print(t)
+    best = df[df.best].iloc[0]
+    console.print(f"fewest GPUs: {best.gpus:.0f} = {best.replicas:.0f} replicas x TP {best.tp}", highlight=False)
