@@ -2,13 +2,20 @@
 side by side in one run (on a shared machine absolute times drift; only paired ratios mean much).
 
 Scenario: the one-hour ShareGPT-like preset at 2 req/s and the one-hour Alpaca-like preset at 30 req/s
-(seed 0), OPT-13B on one A100-40GB with 12 GiB of KV, paged (block 16). Each run is a fresh process;
-runs alternate old, new, old, new, ... The old tree is a git worktree of `--old` (default a64768e,
-the commit issue 7 measured against), made under /tmp if missing. Each run also prints a digest of its
-per-request times and per-step memory, so the table shows whether both trees computed the same thing.
+(seed 0), OPT-13B on one A100-40GB with 12 GiB of KV, paged (block 16), each tree with its own default
+engine (issue 19: the new tree's default profile `vllm-v1`, chunked prefill and CPU time; the old commit
+had no profiles) unless `--profile` names one (`ideal`: kernels only, the old commit's engine, so both
+trees must compute the same thing). `--prefix-caching` turns prefix caching on in both trees.
+Each run is a fresh process; runs alternate old, new, old, new, ... The old tree is `git archive` of
+`--old` (default a64768e, the commit issues 7 and 19 measured against) unpacked under /tmp if missing.
+Each run prints a digest of its per-request times and per-step memory, and the table says whether both
+trees computed the same thing: they must against a commit with the same engine (`--profile ideal`
+against a64768e, any profile against a commit that has profiles); a64768e's default engine is `ideal`,
+so against it the default profile's outputs differ by design.
 
-Run: python bench/speed_vs_old.py [--old a64768e] [--repeats 3] [--duration 3600]
-Target (issue 7): >= 1.8x on both presets.
+Run: python bench/speed_vs_old.py [--old a64768e] [--repeats 3] [--duration 3600] [--profile NAME]
+     [--prefix-caching]
+Target (issue 19): >= 1.8x on both presets with the default profile.
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ except ImportError:                   # the flat layout of older commits
     from kvsim.sim import simulate
     from kvsim.tracegen import generate
 from kvsim.specs import Deployment, get_gpu, get_model
-preset, rate, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+preset, rate, duration, profile, prefix = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 trace = generate(preset, rate_rps=rate, duration_s=duration, seed=0)
 import dataclasses
-# the kernels-only profile where one exists: the old commit had no engine profiles (outputs must match)
-extra = {"engine_profile": "ideal"} if "engine_profile" in {f.name for f in dataclasses.fields(SimConfig)} else {}
-cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")), CacheConfig(kv_gib=12), **extra)
+# the old commit had no engine profiles: its engine is the kernels-only `ideal`
+extra = ({"engine_profile": profile} if profile != "default"
+         and "engine_profile" in {f.name for f in dataclasses.fields(SimConfig)} else {})
+cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")),
+                CacheConfig(kv_gib=12, prefix_caching=prefix == "1"), **extra)
 r = simulate(trace, cfg)
 req, steps = r.requests, r.steps
 done = (req.status == "finished").to_numpy()
@@ -54,11 +63,23 @@ print(json.dumps({"wall": r.summary["sim_wall_s"], "tokens": tokens, "steps": le
 """
 
 
-def run_one(tree: Path, preset: str, duration: float) -> dict:
+def run_one(tree: Path, preset: str, duration: float, profile: str, prefix: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", ONE, preset, str(WORKLOADS[preset]), str(duration)],
+    out = subprocess.run([sys.executable, "-c", ONE, preset, str(WORKLOADS[preset]), str(duration), profile,
+                          "1" if prefix else "0"],
                          env=env, cwd=tree, check=True, text=True, stdout=subprocess.PIPE)
     return json.loads(out.stdout.splitlines()[-1])
+
+
+def old_tree(commit: str) -> Path:
+    """An unpacked copy of `commit` under /tmp (no git worktree: the repository's list stays as it is)."""
+    old = Path(f"/tmp/kvsim-old-{commit}")
+    if not (old / "kvsim").exists():
+        old.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], check=True,
+                                 stdout=subprocess.PIPE).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    return old
 
 
 def main() -> None:
@@ -66,23 +87,26 @@ def main() -> None:
     ap.add_argument("--old", default="a64768e", help="commit to compare against")
     ap.add_argument("--repeats", type=int, default=3, help="paired runs per preset (median reported)")
     ap.add_argument("--duration", type=float, default=3600.0, help="trace length, seconds")
+    ap.add_argument("--profile", default="default", help="engine profile of the new tree (default: its default)")
+    ap.add_argument("--prefix-caching", action="store_true", help="prefix caching on in both trees")
+    ap.add_argument("--presets", default=",".join(WORKLOADS), help="comma-separated presets to run")
     args = ap.parse_args()
-    old = Path(f"/tmp/kvsim-old-{args.old}")
-    if not old.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.old],
-                       check=True, stdout=subprocess.DEVNULL)
-    print(f"old = {args.old} ({old}), new = {ROOT}; {args.repeats} paired runs, median")
-    print("preset | old tokens/s | new tokens/s | ratio | steps | same outputs")
-    for preset in WORKLOADS:
+    old = old_tree(args.old)
+    print(f"old = {args.old} ({old}), new = {ROOT}; profile {args.profile}, prefix caching "
+          f"{'on' if args.prefix_caching else 'off'}; {args.repeats} paired runs, median")
+    print("preset | old tokens/s | new tokens/s | ratio (median of pairs) | old steps | new steps | same outputs")
+    for preset in args.presets.split(","):
         olds, news = [], []
         for _ in range(args.repeats):
-            olds.append(run_one(old, preset, args.duration))
-            news.append(run_one(ROOT, preset, args.duration))
+            olds.append(run_one(old, preset, args.duration, args.profile, args.prefix_caching))
+            news.append(run_one(ROOT, preset, args.duration, args.profile, args.prefix_caching))
         old_tps = statistics.median(r["tokens"] / r["wall"] for r in olds)
         new_tps = statistics.median(r["tokens"] / r["wall"] for r in news)
+        ratio = statistics.median((n["tokens"] / n["wall"]) / (o["tokens"] / o["wall"]) for o, n in zip(olds, news))
         same = {r["digest"] for r in olds} == {r["digest"] for r in news} and len({r["digest"] for r in news}) == 1
-        print(f"{preset} {WORKLOADS[preset]:g} req/s | {old_tps:,.0f} | {new_tps:,.0f} | "
-              f"{new_tps / old_tps:.2f}x | {news[0]['steps']:,} | {'yes' if same else 'NO'}", flush=True)
+        print(f"{preset} {WORKLOADS[preset]:g} req/s | {old_tps:,.0f} | {new_tps:,.0f} | {ratio:.2f}x | "
+              f"{olds[0]['steps']:,} | {news[0]['steps']:,} | "
+              f"{'yes' if same else 'no'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ def test_ticking_refusals_and_the_missing_tick_check():
         a.tick_join(1)
     a.allocate(2, 6, 10)
     a.fork(2, 3)                             # 3 shares 2's partly filled last block
-    with pytest.raises(AllocationError, match=r"^sequence 3 cannot tick \(prefix cache or shared last block\)$"):
+    with pytest.raises(AllocationError, match=r"^sequence 3 cannot tick \(shareable blocks unfilled or shared last block\)$"):
         a.tick_join(3)
     assert a.tick_window(9) == 9             # a shared partly filled block: no window of its own
     a.allocate(4, 8, 10)
@@ -188,10 +188,43 @@ def test_ticking_refusals_and_the_missing_tick_check():
     with pytest.raises(AllocationError, match="^a ticking sequence is missing from its tick$"):
         a.tick_window(9)
     b = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
-    assert not b.can_tick
-    b.allocate(1, 4, 10)
-    with pytest.raises(AllocationError, match=r"^sequence 1 cannot tick \(prefix cache or shared last block\)$"):
+    assert b.can_tick
+    b.allocate(1, 8, 10, block_hashes=[7, 8], hold_tokens=5)   # a chunk: shareable block 1 not yet filled
+    with pytest.raises(AllocationError, match=r"^sequence 1 cannot tick \(shareable blocks unfilled or shared last block\)$"):
         b.tick_join(1)
+
+
+@pytest.mark.parametrize("at_once", [False, True])
+def test_ticks_with_a_prefix_cache_evict_the_lru_block_and_register_what_they_fill(at_once):
+    # 2 blocks of 4 slots. Seq 1 (4 tokens, one shareable block, content id 7) fills block 0, which
+    # is cached and, once freed, evictable. Seq 2 (3 tokens, final 10) takes block 1 and ticks: due
+    # at tick 4 - 3 = 1, where no block is fresh or plain free, so it evicts block 0 (the LRU one).
+    # After tick 1 it holds 5 tokens: block 1 is full (its own, registered when it syncs), block 0
+    # has 1. Freed, last block first: block 0 is partly filled, never cached -> plain free; block 1
+    # is cached -> evictable.
+    a = PagedAllocator(num_blocks=2, block_size=4, prefix_caching=True)
+    a.allocate(1, 4, 4, block_hashes=[7])
+    a.free(1)
+    assert a._cache.evictable_blocks() == [0] and a.num_free_blocks == 2    # block 1 never used
+    a.allocate(2, 3, 10)
+    a.tick_join(2)
+    if at_once:
+        assert a.tick_window(5) == 5
+        mems = a.tick_steps(2)
+    else:
+        mems = []
+        for _ in range(2):
+            assert a.tick()
+            mems.append(a.stats())
+    # tick 0: 4 tokens in block 1, block 0 cached-free; tick 1: 5 tokens, blocks [1, 0], none free
+    assert [(m.token_states, m.used_blocks, m.free_blocks, m.cached_blocks) for m in mems] == \
+        [(4, 1, 1, 1), (5, 2, 0, 0)]
+    assert a.block_table(2) == [1, 0] and a._cache.evictable_blocks() == []
+    a.check_invariants()
+    a.free(2)
+    assert a._cache.evictable_blocks() == [1] and list(a._free) == [0]
+    a.allocate(3, 2, 2)                          # a plain free block goes before the evictable one
+    assert a.block_table(3) == [0] and a._cache.evictable_blocks() == [1]
 
 
 def test_check_invariants_ignores_a_stale_entry_filed_before_a_later_join():

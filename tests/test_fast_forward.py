@@ -29,6 +29,8 @@ CONFIGS = {
     "paged": ({}, {}),
     "paged-swap": ({}, {"preemption": "swap"}),
     "paged-prefix-chunked": ({"prefix_caching": True}, {"chunked_prefill": True, "max_batched_tokens": 64}),
+    "paged-prefix": ({"prefix_caching": True}, {}),
+    "paged-chunked-small": ({}, {"chunked_prefill": True, "max_batched_tokens": 32}),
     "contiguous-max": ({"allocator": "contiguous", "reserve": "max"}, {}),
     "contiguous-pow2-first-fit": ({"allocator": "contiguous", "reserve": "pow2", "placement": "first-fit"}, {}),
     "contiguous-oracle": ({"allocator": "contiguous", "reserve": "oracle"}, {}),
@@ -77,12 +79,23 @@ def profile_sched(sched: dict, profile: str) -> dict:
 
 
 @pytest.mark.parametrize("config, profile", [(c, "ideal") for c in sorted(CONFIGS)] + [
-    ("paged", "vllm-2023"), ("contiguous-pow2-first-fit", "vllm-2023"), ("paged-swap", "vllm-v1")])
+    ("paged", "vllm-2023"), ("contiguous-pow2-first-fit", "vllm-2023"), ("paged-swap", "vllm-v1"),
+    ("paged", "vllm-v1"), ("paged-prefix", "vllm-v1"), ("paged-chunked-small", "vllm-v1")])
 def test_windows_equal_single_steps_on_a_shipped_trace(config, profile):
     cache, sched = CONFIGS[config]
     trace = load_trace(ROOT / "traces" / "sharegpt_2rps_10min.jsonl").head(400)
     both(trace, SimConfig(DEP, CacheConfig(kv_gib=4, **cache), SchedulerConfig(**profile_sched(sched, profile)),
                           engine_profile=profile))
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+def test_windows_equal_single_steps_with_samples_under_the_default_profile(prefix):
+    """Parallel samples (n = 2 and 4, forks sharing the prompt) under vllm-v1's chunked prefill."""
+    trace = load_trace(ROOT / "traces" / "sharegpt_2rps_10min.jsonl").head(200)
+    trace = Trace.from_arrays(trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
+                              n=np.where(np.arange(len(trace)) % 3 == 0, 4, 2))
+    both(trace, SimConfig(DEP, CacheConfig(kv_gib=4, prefix_caching=prefix),
+                          SchedulerConfig(max_batched_tokens=512)))
 
 
 def test_windows_carry_most_steps_of_a_steady_decode_workload():

@@ -1,11 +1,13 @@
 """Lazy decode steps (kvsim/engine/lazy_decode.py, the allocator's ticks) are exact: stepped side by side with
-the scheduler's per-sequence path (`_lazy` off), every plan, every block table and every request's
-state is the same after each step, under preemption by recompute and swap, mixed and separate
-prefill steps, queueing and windows; and the lazy path is what the presets' configuration runs."""
+the scheduler's per-sequence path (`_lazy` off), every plan, every block table, the prefix cache and
+every request's state is the same after each step, under preemption by recompute and swap, mixed and
+separate prefill steps, chunked prefill, prefix caching, queueing and windows; and the lazy path is
+what the presets' configuration and the default profile run."""
 
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
@@ -30,9 +32,33 @@ def _run(trace, cfg, lazy: bool):
 
 def _state(sched, alloc):
     live = sorted(alloc._seqs)
+    cache = alloc._cache            # the prefix cache: which blocks hold which hashes, LRU order
     return ([sched.computed_tokens(i) for i in range(len(sched.prompt))], list(sched.generated),
             list(sched.running), [(s, alloc.num_tokens(s), alloc.block_table(s)) for s in live],
-            alloc.stats())
+            alloc.stats(), None if cache is None else
+            (cache.evictable_blocks(), {h: list(blocks) for h, blocks in cache._blocks_of.items()}))
+
+
+def _side_by_side(trace, cfg, stop_at: int = -1) -> int:
+    """Step `trace` lazily and per sequence side by side, asserting equal plans and states after each
+    step; `stop_at`: leave the lazy mode (`_stop_lazy`) at the first step from then on when a member's
+    state is behind the clocks (so that leaving has something to bring up to date). Returns the step
+    it left at (or the steps run)."""
+    steps, stopped = 0, -1
+    for (a, sa, la), (b, sb, lb) in zip(_run(trace, cfg, True), _run(trace, cfg, False), strict=True):
+        assert (sa._lazy or stopped >= 0) and not sb._lazy
+        assert dataclasses.asdict(a) == dataclasses.asdict(b), f"step {steps}"
+        steps += 1
+        if 0 <= stop_at <= steps and stopped < 0 and any(t < sa._gen_clock for t in sa._since.values()):
+            sa._stop_lazy()        # (reading the state below brings every member up to date: not before)
+            stopped = steps
+        if stop_at < 0 or steps < stop_at or stopped >= 0:
+            assert _state(sa, la) == _state(sb, lb), f"step {steps}"
+        if steps % 7 == 0:
+            la.check_invariants()
+    la.check_invariants()
+    assert sa.num_finished + sa.num_rejected == len(trace)
+    return stopped if stop_at >= 0 else steps
 
 
 @settings(**examples(60), deadline=None)
@@ -58,11 +84,42 @@ def test_lazy_steps_equal_per_sequence_steps(seed, num_blocks, swap, separate, b
     assert sa.request_columns().keys() and sa.num_finished + sa.num_rejected == num
 
 
+@settings(**examples(60), deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_blocks=st.integers(12, 200), swap=st.booleans(),
+       prefix=st.booleans(), burst=st.booleans(), budget=st.sampled_from([8, 32, 64, 8192]))
+def test_lazy_steps_equal_per_sequence_steps_under_the_default_profile(seed, num_blocks, swap, prefix, burst,
+                                                                       budget):
+    """vllm-v1: chunked prefill (small token budgets split prompts over several steps beside the
+    decodes), its CPU time, prefix caching (shared prompt prefixes: hits at admission, evictions)."""
+    rng = np.random.default_rng(seed)
+    num = 40
+    arrivals = np.sort(rng.uniform(0, 0.5 if burst else 4, num))
+    prompts = rng.integers(1, 90, num)
+    groups = rng.choice(["a", "b", None], num)
+    shared = np.where(groups == None, 0, np.minimum(prompts, rng.integers(1, 60, num)))  # noqa: E711
+    trace = Trace.from_arrays(arrivals, prompts, rng.integers(1, 120, num), prefix_group=groups,
+                              prefix_tokens=shared)
+    cfg = SimConfig(DEP, CacheConfig(block_size=8, num_blocks=num_blocks, swap_gib=0.05 if swap else 0,
+                                     prefix_caching=prefix),
+                    SchedulerConfig(preemption="swap" if swap else "recompute", max_batched_tokens=budget))
+    _side_by_side(trace, cfg)
+
+
+@pytest.mark.parametrize("stop_at", [1, 5, 40])
+def test_leaving_the_lazy_mode_mid_run_changes_nothing(stop_at):
+    rng = np.random.default_rng(stop_at)
+    num = 30
+    trace = Trace.from_arrays(np.sort(rng.uniform(0, 1, num)), rng.integers(1, 90, num), rng.integers(1, 120, num))
+    cfg = SimConfig(DEP, CacheConfig(block_size=8, num_blocks=40, prefix_caching=True),
+                    SchedulerConfig(max_batched_tokens=32))
+    assert _side_by_side(trace, cfg, stop_at) >= stop_at
+
+
 def test_the_presets_configuration_runs_lazily():
     trace = Trace.from_arrays(np.zeros(2), np.array([5, 7]), np.array([3, 4]))
-    parts = build_run(trace, SimConfig(DEP, CacheConfig(kv_gib=1), engine_profile="ideal"))
-    assert parts.scheduler._lazy
-    for cache, sched in (({"prefix_caching": True}, {}), ({"allocator": "contiguous"}, {}),
-                         ({}, {"chunked_prefill": True})):
-        cfg = SimConfig(DEP, CacheConfig(kv_gib=1, **cache), SchedulerConfig(**sched), engine_profile="ideal")
-        assert not build_run(trace, cfg).scheduler._lazy
+    for cache, sched in (({}, {}), ({"prefix_caching": True}, {}), ({}, {"chunked_prefill": True})):
+        for profile in ("ideal", "vllm-v1"):
+            cfg = SimConfig(DEP, CacheConfig(kv_gib=1, **cache), SchedulerConfig(**sched), engine_profile=profile)
+            assert build_run(trace, cfg).scheduler._lazy
+    cfg = SimConfig(DEP, CacheConfig(kv_gib=1, allocator="contiguous"))
+    assert not build_run(trace, cfg).scheduler._lazy

@@ -187,7 +187,10 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
         if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
         if seq.at >= 0:                   # `_untick`, inlined
-            seq.tokens += self._clock - seq.at
+            if self._cache is not None:
+                self._sync(seq)           # (registers the blocks it filled: they are parked below)
+            else:
+                seq.tokens += self._clock - seq.at
             seq.at = seq.due = -1
             self._ticking -= 1
         table, ref = seq.table, self._ref

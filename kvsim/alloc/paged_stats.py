@@ -56,9 +56,13 @@ class PagedStats:
             self._chained = (block_hashes, chain_hashes(block_hashes) if len(block_hashes) else [])
         hashes = self._chained[1]
         max_hits = (num_tokens - 1) // self.block_size
-        hits = self._cache.lookup(hashes, max_hits)
-        if salt is not None and len(hits) == len(hashes) < max_hits:   # then its own earlier blocks
-            hits += self._cache.lookup(unique_hashes(salt, len(hashes), max_hits), max_hits - len(hashes))
+        cache = self._cache
+        hits = cache.lookup(hashes, max_hits)
+        start = len(hashes)
+        if salt is not None and len(hits) == start < max_hits:   # then its own earlier blocks
+            first = unique_hashes(salt, start, start + 1)    # (usually a miss: no more hashes needed)
+            if cache.lookup(first, 1):
+                hits += cache.lookup(first + unique_hashes(salt, start + 1, max_hits), max_hits - start)
         return hashes, hits
 
     def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> tuple[int, int]:

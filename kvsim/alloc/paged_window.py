@@ -81,12 +81,16 @@ class PagedTicks:
     list in `_due` is in join order without sorting: a tick files the sequences it served, in order,
     `block_size` ticks ahead, before any sequence that joins later can be filed there. Any other use of a ticking sequence
     brings it up to date first (`_sync`); changing it another way than by ticks stops its ticking
-    (`_untick`). Needs no prefix cache and no shared partly filled last block (no copy-on-write)."""
+    (`_untick`). Needs no shared partly filled last block (no copy-on-write). With a prefix cache, the
+    blocks a ticking sequence fills (its own, past its shareable prompt blocks) are registered when it
+    is brought up to date, at the latest when it is freed: their hashes are salted by the sequence, so
+    no other sequence's lookup can find them while it lives, and only registered blocks are parked
+    as evictable on `free` (the order of everything the cache shows is the same as registering at once)."""
 
     @property
     def can_tick(self) -> bool:
-        """Whether sequences can tick (no prefix cache: ticks register no filled blocks)."""
-        return self._cache is None
+        """Whether sequences can tick (always: filled blocks are registered when a sequence syncs)."""
+        return True
 
     def tick_join(self, seq_id: int) -> None:
         """Start growing `seq_id` by one slot per `tick()`, after the sequences ticking now."""
@@ -96,8 +100,8 @@ class PagedTicks:
         bs, clock = self.block_size, self._clock
         if seq.at >= 0:
             raise AllocationError(f"sequence {seq_id} is already ticking")
-        if self._cache is not None or (seq.tokens % bs and self._ref[seq.table[-1]] > 1):
-            raise AllocationError(f"sequence {seq_id} cannot tick (prefix cache or shared last block)")
+        if seq.tokens // bs < len(seq.hashes) or (seq.tokens % bs and self._ref[seq.table[-1]] > 1):
+            raise AllocationError(f"sequence {seq_id} cannot tick (shareable blocks unfilled or shared last block)")
         seq.at, seq.key = clock, self._joins
         self._joins += 1
         self._ticking += 1
@@ -109,8 +113,13 @@ class PagedTicks:
             waiting.append(seq)
 
     def _sync(self, seq) -> None:
-        """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change)."""
-        seq.tokens += self._clock - seq.at
+        """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change), registering
+        the blocks it filled since in the prefix cache."""
+        tokens, bs = seq.tokens, self.block_size
+        grown = tokens + self._clock - seq.at
+        if self._cache is not None and grown // bs > tokens // bs:
+            self._register(seq, tokens // bs, grown // bs)
+        seq.tokens = grown
         seq.at = self._clock
 
     def _untick(self, seq) -> None:
@@ -137,7 +146,7 @@ class PagedTicks:
                 self._sum_tokens += self._ticking
                 return True
         clock, bs, released = self._clock, self.block_size, self._free
-        free = taken = self.num_blocks - self._top + len(released)     # (ticks: no prefix cache)
+        free = taken = self.num_free_blocks
         nxt = self._due.setdefault(clock + bs, [])
         take, ref, reach = self._take, self._ref, 0
         fresh = self._top < self.num_blocks
@@ -190,15 +199,17 @@ class PagedTicks:
 
     def tick_steps(self, steps: int) -> list[MemoryStats]:
         """`steps` ticks within what `tick_window` allowed; `stats()` after each."""
-        if self._cache is not None or self._shared_partial or self._pending is not None:
+        if self._shared_partial or self._pending is not None:
             snapshots = []
             for _ in range(steps):
                 if not self.tick():
                     raise AllocationError("tick_steps ran out of free blocks")
                 snapshots.append(self.stats())
             return snapshots
-        # `tick` and `stats` inlined: no prefix cache, nothing shared, every block taken fits
+        # `tick` and `stats` inlined: nothing partly filled shared, every block taken fits
         bs, due, nb, cap, ticking = self.block_size, self._due, self.num_blocks, self.capacity_tokens, self._ticking
+        cache = self._cache
+        evictable = cache.num_evictable if cache is not None else 0
         top, free_list, ref, excess = self._top, self._free, self._ref, self._excess
         sum_tokens, sum_reach, sum_blocks = self._sum_tokens, self._sum_reach, self._sum_blocks
         snapshots, start, make = [], self._clock, tuple.__new__     # (a named tuple made directly)
@@ -220,6 +231,11 @@ class PagedTicks:
                         block = free_list.popleft()
                         ref[block] = 1
                         table.append(block)
+                    elif evictable:                 # the least recently freed cached block
+                        block = cache.evict_lru()
+                        evictable -= 1
+                        ref[block] = 1
+                        table.append(block)
                     else:
                         raise AllocationError("tick_steps ran out of free blocks")
                     final = seq.final
@@ -228,11 +244,11 @@ class PagedTicks:
                     sum_blocks += 1
                     nxt.append(seq)
             sum_tokens += ticking
-            num_free = nb - top + len(free_list)
+            num_free = nb - top + len(free_list) + evictable
             used = nb - num_free
             tokens, reach = sum_tokens - excess, sum_reach - excess
             snapshots.append(make(MemoryStats, (cap, tokens, reach - tokens, used * bs - reach, 0,
-                                                num_free * bs, used, num_free, sum_blocks, 0)))  # (as `stats()`)
+                                                num_free * bs, used, num_free, sum_blocks, evictable)))  # (as `stats()`)
         self._top, self._clock = top, start + steps
         self._sum_tokens, self._sum_reach, self._sum_blocks = sum_tokens, sum_reach, sum_blocks
         return snapshots

@@ -162,8 +162,10 @@ def capacity(
                           "vLLM's; mean slots/req, max conc. and the contiguous rows size every layer as "
                           "full attention", highlight=False)
         if slo_limits:
+            import sys
             res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
-                              rel_tol=rel_tol, max_runs=max_runs, workers=workers, **flags)
+                              rel_tol=rel_tol, max_runs=max_runs, workers=workers,
+                              progress=lambda msg: print(msg, file=sys.stderr, flush=True), **flags)
             _print_rate(console, res)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
                            "curve": res.curve.to_dict("records")}
@@ -242,8 +244,10 @@ def _print_rate(console, res) -> None:
     for r in res.curve.to_dict("records"):
         vals = [slo_value(r, m) for m in res.slo]
         norm = r.get("normalized_latency_s_per_token")
+        stop = r.get("stopped_early_s")
+        stopped = stop is not None and stop == stop   # (NaN in the curve's rows that ran to the end)
         t.add_row(f"{r['rate']:.3g}", "yes" if r["meets_slo"] else "no",
-                  *("-" if v is None else f"{v:.3g}" for v in vals),
+                  *(f"stopped at {stop:.0f} s" if stopped else "-" if v is None else f"{v:.3g}" for v in vals),
                   "-" if norm is None or norm != norm else f"{norm:.3g}",
                   f"{r.get('mean_batch_size', float('nan')):.1f}",
                   f"{r.get('kv_peak_allocated_fraction', float('nan')):.0%}",

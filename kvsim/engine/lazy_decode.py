@@ -1,8 +1,8 @@
 """Lazy decode steps for continuous batching: a decode step costs O(1) plus the sequences that cross a
 block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
 
-When every request has one sequence, prefills are never chunked and the allocator can tick (paged,
-no prefix cache; `tick_join` etc. in kvsim/alloc/paged_window.py), a running request that has
+When every request has one sequence and the allocator can tick (paged, with or without a prefix
+cache; `tick_join` etc. in kvsim/alloc/paged_window.py), a running request that has
 finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
 and advance with the step clocks (`_kv_clock` counts the steps that grew the batch's KV slots,
 `_gen_clock` the steps that emitted their tokens; equal between steps), so it holds
@@ -11,6 +11,13 @@ of `_gen_clock` at which it emits its last token. The sum of the members' KV slo
 `_context`. Whoever reads a member's state brings it up to date first (`_sync`); preemption and
 retirement take it out (`_leave`). The allocator grows the members' sequences the same way, taking
 blocks in the batch's order, so every output equals stepping each sequence (kvsim/engine/scheduler.py).
+
+Running requests that are not members are those whose (chunked) prefill is under way; admission,
+prefill chunks, prefix-cache hits and swap-ins take the scheduler's own path for them. Members tick
+in the order they joined, which is the batch's order as long as every request that is not a member
+runs behind every member (admissions and swap-ins join the batch at its back); a step that breaks
+that (a swap-in behind a request still prefilling its chunks) ends the lazy mode for the rest of the
+run (`_stop_lazy`: the members are brought up to date and the per-sequence path goes on from there).
 """
 
 from __future__ import annotations
@@ -27,8 +34,7 @@ class LazyDecodes:
 
     def _lazy_init(self) -> None:
         alloc = self.alloc
-        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1 and not self.block_ids
-                      and not self.cfg.chunked_prefill and not self.sample_ends
+        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1 and not self.sample_ends
                       and type(self).finish is LazyDecodes.finish)   # (not static batching)
         self._kv_clock = self._gen_clock = 0
         self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
@@ -80,6 +86,16 @@ class LazyDecodes:
         for i in list(self._since):
             self._sync(i)
 
+    def _stop_lazy(self) -> None:
+        """Leave the lazy mode between steps: every member's state brought up to date, none left (the
+        allocator stops ticking a sequence at its next per-sequence append)."""
+        self._sync_all()
+        self._since.clear()
+        self._keys.clear()
+        self._ends.clear()
+        self._context = 0
+        self._lazy = False
+
     # -- what the base class reads, brought up to date ---------------------------------------------
     def finish(self, plan, now: float) -> None:
         if self._lazy:
@@ -99,16 +115,17 @@ class LazyDecodes:
     def _grow_lazy(self, plan) -> bool:
         """`_grow_running` for members: one tick of the allocator (blocks for the sequences that cross
         a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
-        running, preempted = self.running, False
+        running, preempted, since = self.running, False, self._since
         if running:
             while not self.alloc.tick():
                 preempted = True
                 self._preempt(running[-1], plan)
             self._kv_clock += 1
-            self._context += len(running)
+            self._context += len(since)
             self._ticked = True
-        plan.decodes = running[:]
-        plan.decode_seqs = len(running)
+        # the members, in batch order (the rest prefill behind them: chunks, `_continue_prefills`)
+        plan.decodes = running[:] if len(since) == len(running) else [i for i in running if i in since]
+        plan.decode_seqs = len(plan.decodes)
         plan.decode_context_tokens = self._context
         return preempted
 
@@ -117,19 +134,24 @@ class LazyDecodes:
         one, the members through `_gen_clock`; those that go on decoding become members."""
         generated, output = self.generated, self.output
         fresh = self._prefills_done(plan, now) if plan.prefills else []
-        if plan.swapped_in:
-            fresh.extend(plan.swapped_in)
         ending = self._end_members() if self._ticked else []
         new_ends = [i for i in fresh if generated[i] + 1 == output[i]]
+        swapped = plan.swapped_in
+        swap_ends = [i for i in swapped if generated[i] + 1 == output[i]] if swapped else []
+        if swapped:
+            fresh.extend(swapped)
         for i in fresh:
             generated[i] += 1
-        # the step's finishes in emit order (prefills, members, swap-ins: a step that swaps in admits
-        # nothing), freed in batch order (members, then the requests that joined the batch this step)
-        plan.finished = ending + new_ends if plan.swapped_in else new_ends + ending
-        if ending or new_ends:
-            self._retire_lazy(ending + new_ends, now)
+        # the step's finishes in emit order (prefills, members, swap-ins), freed in batch order
+        # (members, then the requests that joined the batch this step: prefills, then swap-ins)
+        plan.finished = new_ends + ending + swap_ends
+        if ending or new_ends or swap_ends:
+            self._retire_lazy(ending + new_ends + swap_ends, now)
         if fresh:
             self._join(fresh)
+        rest = len(self.running) - len(self._since)        # requests still prefilling
+        if rest and any(i in self._since for i in self.running[-rest:]):
+            self._stop_lazy()          # one prefills ahead of a member: it would tick out of order
 
     def _end_members(self) -> list[int]:
         """Emit the members' tokens of the step that grew them; take out (`_leave`) and return those
@@ -160,9 +182,10 @@ class LazyDecodes:
         self.num_finished += len(retire)
 
     def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
-        """`_admit` for one-sequence requests with whole prompts and no prefix cache (the same checks
-        and bookkeeping, `_prefill_chunk` included); `*_limit`: the `limited_by` codes."""
-        alloc, waiting, max_seqs = self.alloc, self.waiting, self.cfg.max_num_seqs
+        """`_admit` for one-sequence requests without a prefix cache (the same checks and bookkeeping,
+        `_prefill_chunk` included: a chunked prefill takes its first chunk's blocks now);
+        `*_limit`: the `limited_by` codes."""
+        alloc, waiting, max_seqs, chunked = self.alloc, self.waiting, self.cfg.max_num_seqs, self.cfg.chunked_prefill
         prompt, generated, output, admitted_s = self.prompt, self.generated, self.output, self.admitted_s
         while waiting and budget > 0:
             i = waiting[0]
@@ -174,24 +197,30 @@ class LazyDecodes:
             if not alloc.can_allocate(need, final, (), i) or not self._batch_fits(i):
                 plan.limited_by = memory_limit
                 break
-            if need > budget and (plan.prefills or plan.decodes):
+            if chunked:
+                chunk = need if need <= budget else budget
+            elif need > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
-            plan.allocated.append((i, alloc.allocate(i, need, final, (), need)))
+            else:
+                chunk = need
+            plan.allocated.append((i, alloc.allocate(i, need, final, (), chunk)))
             waiting.popleft()
-            self.kv_len[i], self.prefill_left[i] = need, 0
+            self.kv_len[i], self.prefill_left[i] = need, need - chunk
             if admitted_s[i] != admitted_s[i]:        # NaN: first admission
                 admitted_s[i] = now
                 self.admitted_prompt_tokens += prompt[i]
             self.running.append(i)
             self.running_seqs += 1
-            plan.prefills.append((i, need))
-            plan.prefill_tokens += need
-            plan.prefill_attn_tokens += need * need
-            budget -= need
+            plan.prefills.append((i, chunk))
+            plan.prefill_tokens += chunk
+            plan.prefill_attn_tokens += chunk * chunk
+            budget -= chunk
 
     # -- many steps at once ----------------------------------------------------------------------
     def _steady_lazy(self) -> tuple[list[int], int, int] | None:
         """`steady_decodes` with members (every running request is one)."""
+        if len(self._since) != len(self.running):
+            return None                              # a chunked prefill is under way
         ends, keys = self._ends, self._keys
         while keys.get(ends[0][2]) != ends[0][1]:   # drop stale entries (preempted members)
             heapq.heappop(ends)

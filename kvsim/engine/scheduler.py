@@ -155,7 +155,8 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         blocks are taken now (single-sequence requests), preempting from the back when they do not
         fit, as vLLM's running loop does. Returns (budget left, whether a request was preempted)."""
         preempted, prefill_left = False, self.prefill_left
-        if not self.cfg.chunked_prefill or not any(map(prefill_left.__getitem__, self.running)):
+        if not self.cfg.chunked_prefill or (len(self._since) == len(self.running) if self._lazy
+                                            else not any(map(prefill_left.__getitem__, self.running))):
             return budget, False        # (unchunked prefills finish in the step that admits them)
         for i in list(self.running):
             if not self.prefill_left[i] or budget <= 0 or i not in self.running:
@@ -178,6 +179,7 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
 
     def _unplan(self, i: int, plan: StepPlan) -> None:
         """Take request `i`'s decode (its slot already grown) back out of this step's plan."""
+        self._leave(i)                  # (a lazy member: its state brought up to date first)
         if i in plan.decodes:
             plan.decodes.remove(i)
             plan.decode_seqs -= self.n[i]
@@ -202,7 +204,7 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
         take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
         plan.limited_by = _BUDGET           # what stops admission while requests wait
-        if self._lazy:
+        if self._lazy and not self.block_ids:
             return self._admit_lazy(plan, budget, now, _SEQS, _KV)
         while self.waiting and budget > 0:
             i = self.waiting[0]

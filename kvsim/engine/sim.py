@@ -50,21 +50,40 @@ class SimResult:
         return self._steps
 
 
+class _Stopped(Exception):
+    """Raised through the engine's progress hook when `stop_when` says the run may stop."""
+
+
 def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | None = None,
-             cost=None, fast_forward: bool = True, keep_steps: bool = True, step_sink=None) -> SimResult:
+             cost=None, fast_forward: bool = True, keep_steps: bool = True, step_sink=None,
+             stop_when: Callable[[object, float], bool] | None = None) -> SimResult:
     """Run `trace` through the configured deployment; deterministic for a given trace and config.
     `cost` replaces the configured cost model (golden tests pass a `ConstantCost`);
     `fast_forward=False` steps one at a time (the same results, slower; see kvsim/engine/step.py);
     `keep_steps=False` keeps no per-step rows (memory bounded by the requests, not the steps);
-    `step_sink(columns)` receives the step rows in chunks as they come (e.g. to stream steps.csv)."""
+    `step_sink(columns)` receives the step rows in chunks as they come (e.g. to stream steps.csv);
+    `stop_when(scheduler, now)`, asked every few thousand steps, ends the run early when True (the
+    rate search's verdict on a run that has already missed its SLO): the summary then covers the
+    requests so far and says when it stopped (`stopped_early_s`)."""
     parts = build_run(trace, cfg)
     log = StepLog(keep=keep_steps, sink=step_sink)
     start = time.perf_counter()
     profile = parts.profile
-    engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, progress,
+    hook = progress
+    if stop_when is not None:
+        def hook(now: float) -> None:
+            if progress is not None:
+                progress(now)
+            if stop_when(parts.scheduler, now):
+                raise _Stopped(now)
+    engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, hook,
                     fast_forward=fast_forward,   # (a profile without CPU time adds 0.0: skipped)
                     cpu_seconds=profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None)
-    engine.run()
+    stopped = None
+    try:
+        engine.run()
+    except _Stopped as stop:
+        stopped = stop.args[0]
     wall = time.perf_counter() - start
     columns = {"id": _ids(trace), "arrival_s": np.asarray(trace.arrival_s),
                **parts.scheduler.request_columns()}
@@ -76,6 +95,8 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
                        "bytes": sched.swapped_tokens * cfg.deployment.kv_bytes_per_token(),
                        "time_s": engine.stepper.swap_s, "fallbacks_to_recompute": sched.swap_fallbacks}
     summary["recomputed_tokens"] = sched.recomputed_tokens
+    if stopped is not None:
+        summary["stopped_early_s"] = stopped
     tier = getattr(sched, "cpu_tier_counts", lambda: None)()
     if tier is not None:
         summary["cpu_kv"] = cpu_tier_summary([tier], [sched], cfg.deployment.kv_bytes_per_token(), parts.block_size)

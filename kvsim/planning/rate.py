@@ -1,7 +1,11 @@
 """The highest request rate that meets a latency SLO, and the GPUs that serve a rate.
 
-`max_rate` brackets the rate by doubling or halving from 1 req/s, then narrows the bracket (k-section
-with `workers` runs per round, bisection with one) until it is within `rel_tol`. A preset's rates all
+`max_rate` starts from a guess made from the cache size and the trace's mean lengths, brackets the
+rate by steps of 1.25x, then 1.9x, then doubling, up or down, never above the serving ceiling (the rate
+past which arrivals outrun any schedule, `kvsim.planning.rate_bounds`), then narrows the bracket
+(k-section with `workers` runs per round, bisection with one) until it is within `rel_tol`. A run stops
+as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
+a fraction of a run. A preset's rates all
 replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
 duration; a real trace is rescaled likewise. Should the curve still be non-monotone near the knee, the
 answer is the highest passing rate below the lowest failing one. Each rate is one run on
@@ -17,11 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
 from kvsim.engine.config import SimConfig
+from kvsim.planning.rate_runs import BASE_BLOCK, base_trace as _base_trace  # noqa: F401 (re-exported)
 from kvsim.planning.runs import capacity_tokens, make_config
 from kvsim.trace.table import Trace
 
@@ -68,8 +73,9 @@ def slo_value(row: Mapping[str, Any], metric: str) -> float | None:
 
 
 def meets(row: Mapping[str, Any], slo: Mapping[str, float]) -> bool:
-    """Whether a run row finished without error and every SLO metric is within its limit."""
-    if row.get("status") != "ok":
+    """Whether a run row finished without error and every SLO metric is within its limit (a run the
+    search stopped early, `stopped_early_s`, had missed it for certain)."""
+    if row.get("status") != "ok" or row.get("stopped_early_s") is not None:
         return False
     return all((v := slo_value(row, m)) is not None and v <= limit for m, limit in slo.items())
 
@@ -101,65 +107,55 @@ class RateResult:
     curve: pd.DataFrame
     limited_by: str
     knee: dict = field(default_factory=dict)
+    ceiling_rps: float = math.inf          # the serving ceiling the search stayed under (req/s)
 
 
 def _evaluate(rates: list[float], cfg: SimConfig, workload: dict, trace: Trace | None,
-              workers: int) -> list[dict]:
-    """One run per rate: `trace` rescaled to the rate (a real trace: `rate`; the common base trace of a
-    preset: `time_scale` 1/rate, cut at `duration_s`); rows in the order of `rates`."""
-    from kvsim.planning.sweep import run_local
+              workers: int, slo: Mapping[str, float]) -> list[dict]:
+    """One run per rate (`kvsim.planning.rate_runs`: stopped once it has missed `slo`): `trace`
+    rescaled to the rate (a real trace: `rate`; the common base trace of a preset: `time_scale`
+    1/rate, cut at `duration_s`); rows in the order of `rates`."""
+    from kvsim.planning.rate_runs import evaluate
 
     key = "rate" if "duration_s" not in workload else "time_scale"
     points = [{**workload, key: r if key == "rate" else 1.0 / r} for r in rates]
     rows: dict[float, dict] = {}
-    run_local(points, trace, min(workers, len(points)), lambda row: rows.__setitem__(row[key], row), cfg)
+    evaluate(points, trace, cfg, slo, workers, lambda row: rows.__setitem__(row[key], row))
     return [{**rows[p[key]], "rate": r} for p, r in zip(points, rates)]
-
-
-#: Requests per block of a preset's common base trace (blocks are drawn with seeds derived from the run's).
-BASE_BLOCK = 4096
-
-
-def _base_trace(preset: str, span_s: float, seed: int) -> Trace:
-    """Requests of `preset` with Poisson arrivals at 1 req/s covering at least `span_s` s, built from
-    blocks of BASE_BLOCK requests, each drawn with its own derived seed, so a longer base starts with the
-    same requests as a shorter one. Every rate tried replays it rescaled (common random numbers): the
-    curve moves with the rate, not with a new draw."""
-    import numpy as np
-
-    from kvsim.trace.synthetic import generate
-
-    arrivals, prompts, outputs, t0, k = [], [], [], 0.0, 0
-    while t0 <= span_s:
-        block = generate(preset, rate_rps=1.0, num_requests=BASE_BLOCK, seed=seed * 1_000_003 + k)
-        arrivals.append(block.arrival_s + t0)
-        prompts.append(block.prompt_tokens)
-        outputs.append(block.output_tokens)
-        t0, k = float(arrivals[-1][-1]), k + 1
-    return Trace.from_arrays(np.concatenate(arrivals), np.concatenate(prompts), np.concatenate(outputs),
-                             source=f"{preset}-base-seed{seed}")
 
 
 def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None, *,
              trace: Trace | str | None = None, preset: str | None = "sharegpt", duration_s: float = 600.0,
              seed: int = 0, lo_rps: float | None = None, hi_rps: float | None = None, rel_tol: float = 0.05,
-             max_runs: int = 16, workers: int = 1, **flags: Any) -> RateResult:
+             max_runs: int = 16, workers: int = 1, progress: Callable[[str], None] | None = None,
+             **flags: Any) -> RateResult:
     """The highest request rate (req/s) whose run meets `slo` (see `parse_slo`), within `rel_tol`.
 
     Workload: a Poisson trace of `preset` lasting `duration_s` s (seed `seed`), or `trace` (a Trace or
-    a file) with its arrivals rescaled to each rate. `lo_rps`/`hi_rps` give a starting bracket (hi_rps
-    also caps the answer); at most `max_runs` runs. ValueError when no rate tried meets the SLO.
+    a file) with its arrivals rescaled to each rate. The search starts from a guess made from the cache
+    size and the trace's mean lengths (`lo_rps` instead when given) and never goes above the serving
+    ceiling (`kvsim.planning.rate_bounds`; `hi_rps` lowers the cap): when the ceiling meets the SLO the
+    answer is the ceiling, and `limited_by` says the SLO holds at every rate up to it. Runs that have
+    missed the SLO for certain stop early. At most `max_runs` runs; `progress(message)` hears of each.
+    ValueError when no rate tried meets the SLO.
 
     >>> import kvsim
     >>> r = kvsim.max_rate({"normalized_latency": 0.1}, preset="alpaca", duration_s=60,
     ...                    model="opt-13b", kv_gib=12, rel_tol=0.25)  # doctest: +SKIP
     """
+    from kvsim.planning.rate_bounds import serve_ceiling_rps, start_rate_rps
+
     slo = parse_slo(slo)
+    if not 0 < rel_tol < math.inf:
+        raise ValueError(f"--rel-tol must be a positive number, got {rel_tol}")
     cfg = make_config(config, **flags)
     if isinstance(trace, str) or (trace is not None and not isinstance(trace, Trace)):
         from kvsim.trace.formats import load_trace
         trace = load_trace(trace)
     workload = {"seed": cfg.seed} if trace is not None else {"duration_s": duration_s, "seed": seed}
+    sample = trace if trace is not None else _base_trace(preset or "sharegpt", 1.0, seed)
+    ceiling = min(serve_ceiling_rps(cfg, sample), MAX_RATE_RPS)
+    cap = min(ceiling, hi_rps) if hi_rps else ceiling
     tried: dict[float, dict] = {}
     base: list[Trace] = []
 
@@ -169,32 +165,39 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
         if new and "duration_s" in workload and (not base or base[0].arrival_s[-1] < duration_s * max(new)):
             base[:] = [_base_trace(preset or "sharegpt", duration_s * max(new), seed)]
             trace = base[0]
-        for r, row in zip(new, _evaluate(new, cfg, workload, trace, workers)) if new else ():
+        for r, row in zip(new, _evaluate(new, cfg, workload, trace, workers, slo)) if new else ():
             row["meets_slo"] = meets(row, slo)
             tried[r] = row
+            if progress is not None:
+                stop = row.get("stopped_early_s")
+                verdict = ("meets the SLO" if row["meets_slo"] else "misses the SLO" +
+                           (f" (stopped at {stop:.0f} s of simulated time)" if stop is not None else ""))
+                progress(f"rate search: run {len(tried)} of at most {max_runs}: {r:.4g} req/s {verdict}, "
+                         f"{row.get('wall_s', 0.0):.1f} s")
 
     def ok(r: float) -> bool:
         return tried[r]["meets_slo"]
 
     lo = hi = None
-    start = lo_rps or (hi_rps if hi_rps and hi_rps < 1 else 1.0)
+    start = min(lo_rps or start_rate_rps(cfg, sample), cap)
+    if progress is not None:
+        progress(f"rate search: serving ceiling {ceiling:.4g} req/s; starting at {start:.4g} req/s")
     run([start])
+    factor = 1.25                    # the guess is near the knee: small steps first, doubling after
     if ok(start):
         lo, r = start, start
-        while hi is None and len(tried) < max_runs:
-            if hi_rps is not None and r >= hi_rps:
-                break
-            r = min(r * 2, hi_rps or MAX_RATE_RPS)
+        while hi is None and len(tried) < max_runs and r < cap:
+            r = min(r * factor, cap)
+            factor = min(2.0, factor * 1.5)
             run([r])
             if r not in tried:
                 break
             lo, hi = (r, None) if ok(r) else (lo, r)
-            if r >= MAX_RATE_RPS:
-                break
     else:
         hi, r = start, start
         while lo is None and r > MIN_RATE_RPS and len(tried) < max_runs:
-            r /= 2
+            r = max(r / factor, MIN_RATE_RPS)
+            factor = min(2.0, factor * 1.5)
             run([r])
             if r not in tried:
                 break
@@ -211,8 +214,14 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
         lo = max(r for r in tried if r < hi and ok(r))   # non-monotone: below the lowest failure
     curve = pd.DataFrame([tried[r] for r in sorted(tried)])
     knee = {} if hi is None else tried[hi]
-    return RateResult(lo, slo, curve, limiting_factor(knee) if knee else "none (highest rate tried met the SLO)",
-                      knee)
+    if knee:
+        limited = limiting_factor(knee)
+    elif lo >= ceiling:
+        limited = (f"none: meets the SLO at every rate up to {ceiling:.4g} req/s, the serving ceiling "
+                   "(above it arrivals outrun the engine and queues grow without bound)")
+    else:
+        limited = "none (highest rate tried met the SLO)"
+    return RateResult(lo, slo, curve, limited, knee, ceiling)
 
 
 def _fmt(v: float | None) -> str:
