@@ -168,7 +168,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
     from kvsim.planning.ledger import json_summary
-    from kvsim.cli.trace import check_hash_flag
+    from kvsim.cli.trace import load_trace_checked
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.trace.formats import load_trace
 
@@ -197,12 +197,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         if not quiet:
             print_startup(cfg)
         note_ignored(vllm_extras()[1])
-        tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
-        check_hash_flag(tr, hash_block_size, trace)
-        if cfg.resolved().cache.prefix_caching and hash_block_size is None and tr.hash_block_size not in (None, block_size) \
-                and not quiet:
-            typer.echo(f"note: {trace}: block_hashes cover {tr.hash_block_size}-token blocks (Mooncake "
-                       f"hash_ids); each splits into {block_size}-token blocks", err=True)
+        tr = load_trace_checked(trace, trace_format, hash_block_size,
+                                block_size if cfg.resolved().cache.prefix_caching and not quiet else None)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
@@ -257,11 +253,10 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     models with sliding-window, chunked or Mamba layers also every layer paged as full attention and
     Jenga's allocator)."""
     from kvsim.cli.output import Progress, error, print_comparison, print_startup
-    from kvsim.cli.trace import check_hash_flag
+    from kvsim.cli.trace import load_trace_checked
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
     from kvsim.planning.ledger import json_summary
-    from kvsim.trace.formats import load_trace
 
     summaries, written = {}, {}
     try:
@@ -274,8 +269,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
         if not quiet:
             print_startup(base)
         note_ignored(vllm_extras()[1])
-        tr = load_trace(trace, trace_format, hash_block_size=hash_block_size)
-        check_hash_flag(tr, hash_block_size, trace)
+        tr = load_trace_checked(trace, trace_format, hash_block_size)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
         systems = dict(COMPARED)

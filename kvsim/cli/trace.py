@@ -45,6 +45,20 @@ def check_hash_flag(trace, hash_block_size: int | None, path: Path) -> None:
         raise ValueError(f"--hash-block-size: does not apply to {path}, which has no block_hashes")
 
 
+def load_trace_checked(path: Path, trace_format, hash_block_size: int | None, block_size: int | None = None):
+    """`kvsim run`/`compare`'s trace: read, `--hash-block-size` refused where it does not apply, and,
+    given the block size of a prefix-caching run, a note on stderr when the file's block_hashes cover
+    blocks of another size (Mooncake hash_ids: each splits into block-size pieces)."""
+    from kvsim.trace.formats import load_trace
+
+    tr = load_trace(path, trace_format, hash_block_size=hash_block_size)
+    check_hash_flag(tr, hash_block_size, path)
+    if block_size is not None and hash_block_size is None and tr.hash_block_size not in (None, block_size):
+        typer.echo(f"note: {path}: block_hashes cover {tr.hash_block_size}-token blocks (Mooncake "
+                   f"hash_ids); each splits into {block_size}-token blocks", err=True)
+    return tr
+
+
 @trace_app.command()
 def gen(
     preset: str = typer.Option(..., help=f"Length distribution: {'|'.join(PRESET_NAMES)} (sharegpt, alpaca: the "
