@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from typing import Optional
+
 import typer
 
 from kvsim.cli.errors import KvsimGroup
@@ -165,7 +167,9 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
            block_size: int = typer.Option(16, "--block-size", min=1, help="Block size, tokens."),
            max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences per batch."),
            preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
-           prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching"),
+           prefix_caching: Optional[bool] = typer.Option(
+               None, "--enable-prefix-caching/--no-enable-prefix-caching", "--prefix-caching/--no-prefix-caching",
+               help="vLLM's automatic prefix caching (default: the engine profile's, as `kvsim run`)."),
            engine_profile: str = typer.Option("vllm-v1", "--engine-profile", help="Engine profile, as for "
                                               "`kvsim run` (its policy decides the blocks held)."),
            max_requests: int = typer.Option(None, "--max-requests", min=1, help="Replay the first N "

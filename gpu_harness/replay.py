@@ -125,12 +125,14 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
         tables = plan.group_tables
         for parent, child in plan.reforked:    # dead beams replaced by forks, before the writes
             pool.clone_shadow(parent, child)
-        _track_sequences(pool, sched, plan)
+        hits = _track_sequences(pool, sched, plan)
         if plan.copies:
             pool.copy(layout.copy_mapping(plan.copies, device))
             copies += len(plan.copies)
         try:
             tokens += pool.write(layout.plan_writes(plan, sched.seq_ids, sched.computed_tokens), tables)
+            for seq, cached in hits:           # after the writes: a hit may be on blocks written this step
+                pool.gather_prefix(seq, tables[seq], cached)
             for parent, child in plan.forked:  # samples share the prompt just written
                 pool.clone_shadow(parent, child)
             audit = pool.audit(tables)
@@ -188,10 +190,13 @@ def _memory_mismatch(step: int, audit, used_blocks: int, predicted_blocks: list[
     return None
 
 
-def _track_sequences(pool: ReplayPool, sched, plan) -> None:
+def _track_sequences(pool: ReplayPool, sched, plan) -> list[tuple[int, int]]:
     """Shadows for the step's memory events, before its writes: preempted sequences parked (swap) or
-    dropped (recompute), swapped-in ones restored, newly admitted ones created (prefix-cache hits
-    gathered from the pool, where an earlier request wrote them)."""
+    dropped (recompute), swapped-in ones restored, newly admitted ones created. Returns the prefix-cache
+    hits (sequence, tokens): the caller gathers them from the pool after the step's writes, since (as
+    in vLLM V1, whose blocks are cached when scheduled) a request admitted in the same step as the one
+    computing its prefix hits blocks that step writes."""
+    hits = []
     swapped_out, swapped_in = set(plan.swapped_out), set(plan.swapped_in)
     for r in plan.preempted:
         for seq in sched.seq_ids(r):
@@ -205,4 +210,6 @@ def _track_sequences(pool: ReplayPool, sched, plan) -> None:
         else:
             pool.new_shadow(seq, sched.final_tokens(r) + 1)
             if cached:
-                pool.gather_prefix(seq, plan.group_tables[seq], cached)
+                pool.written[seq] = cached     # its writes start after the hit; the data comes later
+                hits.append((seq, cached))
+    return hits

@@ -138,7 +138,7 @@ class ReplayPool:
                 k_cache, v_cache = self.caches[layer]
                 k_sh[start:num_tokens] = k_cache.flatten(0, 1)[slots]
                 v_sh[start:num_tokens] = v_cache.flatten(0, 1)[slots]
-        self.written[seq] = num_tokens
+        self.written[seq] = max(self.written.get(seq, 0), num_tokens)   # (gathered after the step's writes)
 
     def copy(self, mapping: torch.Tensor) -> None:
         """Copy-on-write: `copy_blocks` with a [P, 2] (src, dst) mapping on every layer."""

@@ -4,6 +4,8 @@ beside a full-attention group, each group's layers paging into the same per-laye
 layout). Held blocks equal kvsim's at every step, attention equals the reference over each group's
 window, and faults in the tables or the kernel's window are caught."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -45,8 +47,9 @@ def one_request(prompt, output=3):
 def test_hybrid_replay_matches_kvsim_through_preemptions(preemption):
     """40 blocks: the six requests outgrow the pool and one is preempted; at every step the distinct
     blocks of the live (sequence, group) tables equal kvsim's used blocks (and the SimPy run's), every
-    written token not yet skipped reads back, and every decode on both groups matches the reference."""
-    tr, cfg = trace(), config(40, preemption)
+    written token not yet skipped reads back, and every decode on both groups matches the reference.
+    The `ideal` profile (no CPU time per step) pins the step timing that makes the pool overflow."""
+    tr, cfg = trace(), replace(config(40, preemption), engine_profile="ideal")
     predicted = simulate(tr, cfg).steps.used_blocks.tolist()
     report = replay(tr, cfg, SHAPE, "cpu", predicted)
     assert report.ok, report
