@@ -150,3 +150,15 @@ def test_tune_block_size_refuses_set_flags_it_overrides(tmp_path):
            "--set block_size", "--block-sizes")
     _fails(["tune-block-size", str(_trace(tmp_path)), "--kv-gib", "0.05", "--set", "allocator=contiguous"],
            "--set allocator")
+
+
+def test_duration_with_a_trace_says_it_does_not_apply(tmp_path):
+    """`tune-block-size TRACE --duration 60`: the trace replays its own arrivals, so --duration is named
+    as not applying (it was silently ignored); without --duration nothing is said."""
+    trace = str(Path(__file__).resolve().parents[1] / "traces" / "tiny.jsonl")
+    args = ["tune-block-size", trace, "--block-sizes", "16", "--workers", "1", "--kv-gib", "1"]
+    res = CliRunner().invoke(app, [*args, "--duration", "60"])
+    assert res.exit_code == 0, res.output
+    assert "--duration does not apply to TRACE" in res.stderr
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0 and "--duration" not in res.stderr, res.stderr

@@ -22,7 +22,8 @@ KvGibOpt = typer.Option(None, "--kv-gib", help="KV memory of the whole deploymen
 NumBlocksOpt = typer.Option(None, "--num-blocks", help="KV blocks of the whole deployment.")
 RateOpt = typer.Option(None, "--rate", help="Request rate, req/s: Poisson rate of --preset (default 2), or "
                        "TRACE's arrivals rescaled to it.")
-DurationOpt = typer.Option(600.0, "--duration", help="Seconds of Poisson arrivals (--preset).")
+DurationOpt = typer.Option(None, "--duration", help="Seconds of Poisson arrivals (--preset; default 600). "
+                           "A TRACE replays its own arrivals: --duration does not apply to it.")
 NumRequestsOpt = typer.Option(None, "--num-requests", min=1, help="Exactly this many requests (--preset), "
                               "or the first N of TRACE.")
 SeedOpt = typer.Option(0, "--seed", help="Random seed of the synthetic trace and the run.")
@@ -122,6 +123,10 @@ def _workload(trace: Optional[Path], preset: Optional[str], rate, duration, num_
     bounds.count(num_requests, "--num-requests")
     bounds.count(seed, "--seed", low=0, high=2**63 - 1)
     bounds.duration(duration)
+    if trace is not None and duration is not None:
+        typer.echo(f"note: --duration does not apply to TRACE {trace}: its own arrivals are replayed "
+                   "(use --num-requests to cut it)", err=True)
+    duration = 600.0 if duration is None else duration
     if trace is None and not num_requests:
         bounds.requests(rate or 2.0, duration, "--rate x --duration")
     if trace is None:
@@ -145,7 +150,7 @@ def _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags) -> dict:
 
 def tune_block_size_cmd(
     trace: Optional[Path] = TraceArg, preset: Optional[str] = PresetOpt, rate: Optional[float] = RateOpt,
-    duration: float = DurationOpt, num_requests: Optional[int] = NumRequestsOpt, model: str = ModelOpt,
+    duration: Optional[float] = DurationOpt, num_requests: Optional[int] = NumRequestsOpt, model: str = ModelOpt,
     gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
     num_blocks: Optional[int] = NumBlocksOpt, set_flags: List[str] = SetOpt, seed: int = SeedOpt,
     block_sizes: Optional[str] = TuneBlockSizesOpt, bookkeeping: Optional[Path] = BookkeepingOpt,
@@ -235,7 +240,7 @@ def report_cmd(
                              "figures/, data/)."),
     sweep: Optional[Path] = typer.Option(None, "--sweep", help="Report this sweep folder or table "
                                          "(`kvsim sweep -o DIR`) instead of running a trace."),
-    preset: Optional[str] = PresetOpt, rate: Optional[float] = RateOpt, duration: float = DurationOpt,
+    preset: Optional[str] = PresetOpt, rate: Optional[float] = RateOpt, duration: Optional[float] = DurationOpt,
     num_requests: Optional[int] = NumRequestsOpt, model: str = ModelOpt, gpu: str = GpuOpt, tp: int = TpOpt,
     kv_gib: Optional[float] = KvGibOpt, num_blocks: Optional[int] = NumBlocksOpt,
     set_flags: List[str] = SetOpt, seed: int = SeedOpt,
