@@ -53,3 +53,20 @@ def test_tune_block_size_names_the_model_gpu_and_kv_memory(tmp_path):
     assert "llama-3-8b on 1 x h100-80gb, 1 GiB KV" in " ".join(res.output.split())
     title = (tmp_path / "r" / "report.md").read_text().splitlines()[0]
     assert "llama-3-8b on 1 x h100-80gb" in title
+
+
+def test_summary_latencies_print_without_exponents():
+    """A TTFT of 1,344.2 s and 2,801 s reads '1,344 / 2,801', not '1.34e+03 / 2.8e+03'; small ones
+    keep 3 significant digits."""
+    from pathlib import Path
+
+    import kvsim
+    from kvsim.cli.output import _rows
+
+    tiny = Path(__file__).resolve().parents[1] / "traces" / "tiny.jsonl"
+    summary = kvsim.simulate(str(tiny), model="opt-13b", gpu="a100-40gb").summary
+    summary.update(ttft_s={**summary["ttft_s"], "p50": 1344.2, "p99": 2801.0},
+                   tpot_s={**summary["tpot_s"], "p50": 0.05141, "p99": 7.764})
+    rows = dict(_rows(summary))
+    assert rows["TTFT p50 / p99 (s)"] == "1,344 / 2,801"
+    assert rows["TPOT p50 / p99 (s)"] == "0.0514 / 7.76"

@@ -98,8 +98,9 @@ def _rows(s: dict) -> list[tuple[str, str]]:
     """(metric, value) pairs, compact enough for five runs side by side in a 100-column terminal."""
     kv, frac = s["kv"], s["kv"]["mean_fraction"]
 
-    def q(d: dict, *keys: str) -> str:
-        return "-" if d["p50"] is None else " / ".join(f"{d[k]:.3g}" for k in keys)
+    def q(d: dict, *keys: str) -> str:     # 3 significant digits; whole numbers from 1,000 on (no 1.34e+03)
+        return "-" if d["p50"] is None else " / ".join(
+            f"{d[k]:,.0f}" if abs(d[k]) >= 1000 else f"{d[k]:.3g}" for k in keys)
 
     norm = s["normalized_latency_s_per_token"]
     return [
