@@ -186,7 +186,7 @@ def test_make_allocator_defaults_and_prefix_caching():
     paged = make_allocator("paged", 170)      # 16-slot blocks: 10 of them, 10 slots unused
     assert (paged.num_blocks, paged.block_size, paged.capacity_tokens, paged.can_tick) == (10, 16, 160, True)
     cached = make_allocator("paged", 160, block_size=8, prefix_caching=True)
-    assert (cached.num_blocks, cached.can_tick) == (20, False)
+    assert (cached.num_blocks, cached.can_tick) == (20, True)    # ticks evict LRU cached blocks (issue 19)
     contiguous = make_allocator("contiguous", 5000)
     assert (contiguous.max_seq_len, contiguous.reserve, contiguous.placement) == (2048, "max", "buddy")
 

@@ -15,8 +15,10 @@ TRACE = Trace.from_arrays([0.0, 0.0], [8, 8], [8, 4], n=[1, 2])
 
 
 def _run(num_blocks: int, **sched):
+    """(Prefix caching off, as these hand-worked steps assume: with it, a re-admitted request would hit
+    its own earlier prompt blocks.)"""
     cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb"), 1),
-                    CacheConfig(block_size=4, num_blocks=num_blocks, swap_gib=1.0),
+                    CacheConfig(block_size=4, num_blocks=num_blocks, swap_gib=1.0, prefix_caching=False),
                     replace(SchedulerConfig(), **sched))
     parts = build_run(TRACE, cfg)
     s = parts.scheduler
