@@ -25,7 +25,7 @@ REPORTS = ROOT / "reports"
 #: and fails once one is fresh again, so the entry cannot outlive its cause.
 #: TODO(issue 18): the fidelity branch regenerates reports/vllm-paper with the new CPU constants;
 #: remove this entry after merging it (and `make reports`).
-KNOWN_STALE = {"vllm-paper": "made before engine profiles were recorded; issue 18 regenerates it"}
+KNOWN_STALE: dict[str, str] = {}
 #: Reports a test regenerates whole (seconds each); the others are checked by provenance only.
 SMALL = ("block-size-alpaca", "sweep-llama3-8b", "sharegpt-opt13b")
 
