@@ -29,3 +29,17 @@ def test_paper_duration_must_be_positive(tmp_path):
     res = CliRunner().invoke(app, ["paper", "--quick", "--duration", "0", "-o", str(tmp_path / "p")])
     assert res.exit_code == 2 and "--duration 0.0: must be a finite number > 0" in res.output, res.output
     assert not (tmp_path / "p").exists()
+
+
+def test_variant_table_names_figures_and_rounds():
+    """The variants table reads 'ShareGPT capacity paged / oracle' with 1.95, not 'share_po' with
+    1.9515204482526405 (issue 22 item 5)."""
+    from kvsim.planning.paper_diff import variant_table
+
+    df = variant_table({"vllm-2023": {"share_po": 1.9515204482526405, "swap_mid": (0.8947388791883946, 1.0284),
+                                      "alpaca_block": 16, "swap_by_block": {8: 1.1912}}})
+    row = df.iloc[0]
+    assert row["ShareGPT capacity paged / oracle"] == "1.95"
+    assert row["swap / recompute latency, blocks 16-64 (range)"] == "0.895 to 1.03"
+    assert row["Alpaca best block size"] == "16" and row["Alpaca capacity paged / oracle"] == "-"
+    assert row["swap / recompute by block"] == "8: 1.19"

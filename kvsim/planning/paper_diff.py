@@ -86,3 +86,20 @@ def difference_table(main: dict, variants: dict[str, dict], causes: dict[str, st
         row["cause where we differ"] = "" if agree else causes.get(key, "not identified")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def variant_table(named: dict[str, dict]) -> pd.DataFrame:
+    """One row per profile (name -> `opt13b_numbers`), one column per published figure under its
+    readable name, values to 3 significant digits, then swap / recompute per block size.
+
+    >>> nums = {"share_po": 1.9515, "swap_mid": (0.8947, 1.0284), "swap_by_block": {1: 2.4306, 16: 1.0284}}
+    >>> variant_table({"vllm-2023": nums}).iloc[0].tolist()[:2]
+    ['vllm-2023', '1.95']
+    """
+    rows = []
+    for name, nums in named.items():
+        row = {"profile": name}
+        row.update({figure: _fmt(nums.get(key, math.nan)) for key, figure, *_ in PUBLISHED_FIGURES})
+        row["swap / recompute by block"] = ", ".join(f"{b}: {x:.2f}" for b, x in nums.get("swap_by_block", {}).items())
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from kvsim.planning import figures
 from kvsim.planning.paper import KNEE_FACTOR, SETUPS, SYSTEMS, PaperResults
-from kvsim.planning.paper_diff import difference_table, opt13b_numbers
+from kvsim.planning.paper_diff import difference_table, opt13b_numbers, variant_table
 from kvsim.planning.report import Report
 
 #: Published findings, quoted (section numbers of the paper).
@@ -154,10 +154,7 @@ def paper_report(r: PaperResults, title: str = "The vLLM paper's experiments in 
     rep.table("differences", difference_table(main, variants, causes(r, main)))
     if variants:
         rep.heading("CPU-time variants: how the answers move (OPT-13B)")
-        rows = [{"profile": name, **{k: v for k, v in nums.items() if k != "swap_by_block"},
-                 "swap / recompute by block": ", ".join(f"{b}: {x:.2f}" for b, x in nums["swap_by_block"].items())}
-                for name, nums in {r.profile: main, **variants}.items()]
-        rep.table("variants", pd.DataFrame(rows).astype(str))
+        rep.table("variants", variant_table({r.profile: main, **variants}))
     rep.paragraph(differences(r))
     return rep
 
