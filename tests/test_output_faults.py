@@ -181,4 +181,6 @@ def test_ctrl_c_while_starting_prints_no_traceback(delay, tmp_path):
     _, rest = proc.communicate(timeout=60)
     err = (seen + rest).decode(errors="replace")
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
-    assert proc.returncode in (0, 130), (proc.returncode, err[-2000:])
+    # 130 from kvsim's handler, 0 when the run ended first, or -SIGINT (the shell's 130) when the signal
+    # lands as the program hands SIGINT back to the default action on its way out (seen on a loaded machine)
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err[-2000:])
