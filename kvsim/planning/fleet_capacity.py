@@ -17,8 +17,8 @@ import pandas as pd
 
 from kvsim.fleet.config import FleetConfig
 from kvsim.fleet.sim import run_summary
-from kvsim.planning.rate import meets, parse_slo, slo_value
-from kvsim.planning.runs import capacity_tokens, make_config, summary_row
+from kvsim.planning.rate import meets, parse_slo, slo_value, tp_config
+from kvsim.planning.runs import make_config, summary_row
 from kvsim.planning.sweep import workload
 from kvsim.trace.table import Trace
 
@@ -59,16 +59,9 @@ def gpus_for_fleet(rate_rps: float, slo: Sequence[str] | Mapping[str, float], co
         row: dict[str, Any] = {"tp": tp, "router": router, "fits": False, "replicas": None, "gpus": None,
                                "runs": 0, "note": ""}
         rows.append(row)
-        if best is not None and tp >= best:
-            row.update(fits=None, note=f"not tried: {best} GPUs already suffice")
+        c = tp_config(cfg, tp, best, row)
+        if c is None:
             continue
-        try:
-            c = make_config(cfg, tp=tp)
-            capacity_tokens(c)
-        except ValueError as exc:
-            row["note"] = str(exc)
-            continue
-        row["fits"] = True
         limit = min(max_replicas, (best - 1) // tp if best is not None else max_replicas)
         found = _fewest_replicas(tr, c, router, fleet_flags or {}, slo, limit, row)
         if found is None:

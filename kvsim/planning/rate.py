@@ -232,6 +232,22 @@ def _slo_text(slo: Mapping[str, float]) -> str:
     return ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
 
 
+def tp_config(cfg: SimConfig, tp: int, best: int | None, row: dict[str, Any]) -> SimConfig | None:
+    """One TP degree of a GPU search: `cfg` at TP `tp`, with `row["fits"]` set, or None with the reason
+    in `row["note"]`: not tried once `best` GPUs already suffice (tp >= best), or the weights do not fit."""
+    if best is not None and tp >= best:
+        row.update(fits=None, note=f"not tried: {best} GPUs already suffice")
+        return None
+    try:
+        c = make_config(cfg, tp=tp)
+        capacity_tokens(c)
+    except ValueError as exc:
+        row["note"] = str(exc)
+        return None
+    row["fits"] = True
+    return c
+
+
 def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None,
                   *, tp_options: Sequence[int] = (1, 2, 4, 8), trace: Trace | str | None = None,
                   preset: str | None = "sharegpt", duration_s: float = 600.0, seed: int = 0,
@@ -257,16 +273,9 @@ def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], con
         row: dict[str, Any] = {"tp": tp, "fits": False, "max_rate_rps": None, "replicas": None, "gpus": None,
                                "limited_by": "", "note": ""}
         rows.append(row)
-        if best is not None and tp >= best:
-            row.update(fits=None, note=f"not tried: {best} GPUs already suffice")
+        c = tp_config(cfg, tp, best, row)
+        if c is None:
             continue
-        try:
-            c = make_config(cfg, tp=tp)
-            capacity_tokens(c)
-        except ValueError as exc:
-            row["note"] = str(exc)
-            continue
-        row["fits"] = True
         try:
             res = max_rate(slo, c, trace=trace, preset=preset, duration_s=duration_s, seed=seed,
                            lo_rps=rate_rps, hi_rps=rate_rps, rel_tol=rel_tol, max_runs=max_runs,
