@@ -207,3 +207,31 @@ def test_prefix_hit_across_a_full_and_a_sliding_group_by_hand():
         a.free(seq)
     a.check_invariants()
     assert a.num_free_blocks == 10
+
+
+def test_twin_groups_diverging_under_prefix_caching_are_summed_not_multiplied():
+    """Two full-attention groups, block size 1, 7 blocks, prefix caching. Seq 1 registers hash 0 in both
+    groups (blocks 2 and 3), is freed; seq 2's growth and seq 3 reuse blocks 0-2, so group 0's cached
+    copy (block 2) is evicted while group 1's (block 3) stays; seq 3 registers hash 0 again (group 0:
+    block 1). Seq 4 (2 tokens, hash 0) hits in both: group 0 shares block 1 with seq 3, group 1 takes
+    block 3. Held: group 0 = 1 distinct block, group 1 = 2 (blocks 2, 3), so the kind's record holds 3
+    blocks, not twice group 0's 1 (found by the stateful test)."""
+    from kvsim.alloc.hybrid import GroupSpec, HybridAllocator
+
+    full = GroupSpec(kind="full", window=0, chunk=0)
+    a = HybridAllocator(7, 1, [full, full], max_model_len=10_000, max_in_flight_tokens=64,
+                        prefill_chunk_tokens=64, prefix_caching=True)
+    a.record_groups = True
+    a.allocate(0, 1, 1, [], hold_tokens=1)
+    a.free(0)
+    a.allocate(1, 1, 1, [0], hold_tokens=1)
+    a.free(1)
+    a.allocate(2, 1, 1, [], hold_tokens=1)
+    assert a.append_each([2]) == 1
+    a.free(2)
+    a.allocate(3, 1, 1, [0], hold_tokens=1)
+    assert a.allocate(4, 2, 2, [0], hold_tokens=1) == 1
+    assert a.group_block_tables(4) == [[1], [3]] and a.group_block_tables(3) == [[1], [2]]
+    record = a.stats()
+    assert record.group0_blocks == 3
+    a.check_invariants()

@@ -36,17 +36,18 @@ class HybridAccounting(GroupedSequences):
         reach = self._reach[g] - (self._nulls[g] + self._dup[g]) * bs
         return held, tokens, reach - tokens, held * bs - reach
 
-    _spec_first: list | None = None     # (first group, count) per distinct group spec, once known
+    _spec_members: list | None = None   # the groups of each distinct group spec, once known
 
-    def _specs(self) -> list[tuple[int, int]]:
-        """(first group, number of groups) per distinct group spec, in order of first appearance. Groups
-        of one spec hold the same blocks for the same sequences (`check_invariants` asserts it), so a
-        spec's parts are its first group's times its count (Gemma 3's six sliding groups: one record)."""
-        first: dict = {}
+    def _specs(self) -> list[tuple[int, ...]]:
+        """The groups of each distinct group spec, in order of first appearance: a spec's record sums
+        its groups' parts (Gemma 3's six sliding groups: one record). Without prefix caching the groups
+        of one spec hold the same blocks; with it they may not (a hit can find a block cached in one
+        group whose twin in another was evicted), so the parts are summed, not multiplied."""
+        groups: dict = {}
         for g, spec in enumerate(self.groups):
-            first.setdefault(spec, [g, 0])[1] += 1
-        self._spec_first = [tuple(v) for v in first.values()]
-        return self._spec_first
+            groups.setdefault(spec, []).append(g)
+        self._spec_members = [tuple(v) for v in groups.values()]
+        return self._spec_members
 
     def group_stats(self) -> list[MemoryStats]:
         """One record per group: its share of the pool (`capacity_tokens` = its blocks x block_size)
@@ -83,11 +84,13 @@ class HybridAccounting(GroupedSequences):
         if not self.record_groups:
             return MemoryStats(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
                                used, free, sum(held_all), cached)
-        specs = self._spec_first or self._specs()
+        specs = self._spec_members or self._specs()
         extra: list[int] = []
-        for g, n in specs:              # (the engine asks once per step: kept flat)
-            part = groups[g]
-            extra.extend(part if n == 1 else (part[0] * n, part[1] * n, part[2] * n, part[3] * n))
+        for gs in specs:                # (the engine asks once per step: kept flat)
+            if len(gs) == 1:
+                extra.extend(groups[gs[0]])
+            else:
+                extra.extend(sum(groups[g][i] for g in gs) for i in range(4))
         return grouped_record(len(specs))(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
                                           used, free, sum(held_all), cached, *extra)
 
@@ -148,8 +151,9 @@ class HybridAccounting(GroupedSequences):
         parts = self.group_stats()
         assert all(min(p) >= 0 for p in parts), f"negative category in {parts}"
         same: dict = {}
-        for spec, part in zip(self.groups, parts):
-            assert same.setdefault(spec, part) == part, f"groups of one spec {spec} hold different blocks"
+        for spec, part in zip(self.groups, parts):   # (with prefix caching twins may differ: see _specs)
+            assert cache is not None or same.setdefault(spec, part) == part, \
+                f"groups of one spec {spec} hold different blocks"
         assert sum(p.capacity_tokens for p in parts) + stats.free == self.capacity_tokens, "groups do not sum"
         if not self._seqs:
             assert not holders and stats.free_blocks == self.num_blocks, "blocks leaked after every free"
