@@ -17,8 +17,9 @@ import pandas as pd
 
 from kvsim.fleet.config import FleetConfig
 from kvsim.fleet.sim import run_summary
-from kvsim.planning.rate import meets, parse_slo, slo_value, tp_config
-from kvsim.planning.runs import make_config, summary_row
+from kvsim.planning.gpu_search import gpu_search_config, tp_config
+from kvsim.planning.rate import meets, parse_slo, slo_value
+from kvsim.planning.runs import summary_row
 from kvsim.planning.sweep import workload
 from kvsim.trace.table import Trace
 
@@ -40,12 +41,7 @@ def gpus_for_fleet(rate_rps: float, slo: Sequence[str] | Mapping[str, float], co
     >>> kvsim.gpus_for_fleet(8.0, {"ttft_p99": 2}, router="prefix-aware", preset="sharegpt",
     ...                      duration_s=60, model="llama-3-8b", gpu="h100-80gb")  # doctest: +SKIP
     """
-    if not rate_rps > 0:
-        raise ValueError(f"--gpus-for: the rate must be > 0 requests/s, got {rate_rps}")
-    cfg = make_config(config, **flags)
-    if cfg.cache.kv_gib is not None or cfg.cache.num_blocks is not None:
-        raise ValueError("--gpus-for sizes each TP degree's KV cache from its GPU memory (--gpu-mem-util); "
-                         "drop --kv-gib/--num-blocks")
+    cfg = gpu_search_config(rate_rps, config, flags)
     slo = parse_slo(slo)
     FleetConfig(1, router, **(fleet_flags or {}))                 # a bad router fails before any run
     if isinstance(trace, str):

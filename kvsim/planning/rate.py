@@ -27,7 +27,8 @@ import pandas as pd
 
 from kvsim.engine.config import SimConfig
 from kvsim.planning.rate_runs import BASE_BLOCK, base_trace as _base_trace  # noqa: F401 (re-exported)
-from kvsim.planning.runs import capacity_tokens, make_config
+from kvsim.planning.gpu_search import gpu_search_config, tp_config
+from kvsim.planning.runs import make_config
 from kvsim.trace.table import Trace
 
 #: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
@@ -232,22 +233,6 @@ def _slo_text(slo: Mapping[str, float]) -> str:
     return ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
 
 
-def tp_config(cfg: SimConfig, tp: int, best: int | None, row: dict[str, Any]) -> SimConfig | None:
-    """One TP degree of a GPU search: `cfg` at TP `tp`, with `row["fits"]` set, or None with the reason
-    in `row["note"]`: not tried once `best` GPUs already suffice (tp >= best), or the weights do not fit."""
-    if best is not None and tp >= best:
-        row.update(fits=None, note=f"not tried: {best} GPUs already suffice")
-        return None
-    try:
-        c = make_config(cfg, tp=tp)
-        capacity_tokens(c)
-    except ValueError as exc:
-        row["note"] = str(exc)
-        return None
-    row["fits"] = True
-    return c
-
-
 def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None,
                   *, tp_options: Sequence[int] = (1, 2, 4, 8), trace: Trace | str | None = None,
                   preset: str | None = "sharegpt", duration_s: float = 600.0, seed: int = 0,
@@ -261,12 +246,7 @@ def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], con
     >>> kvsim.gpus_for_rate(4.0, {"ttft_p99": 2}, model="opt-13b", preset="alpaca",
     ...                     duration_s=60)  # doctest: +SKIP
     """
-    if not rate_rps > 0:
-        raise ValueError(f"rate must be > 0 requests/s, got {rate_rps}")
-    cfg = make_config(config, **flags)
-    if cfg.cache.kv_gib is not None or cfg.cache.num_blocks is not None:
-        raise ValueError("the GPU search sizes the KV cache from --gpu-mem-util on each GPU; "
-                         "drop --kv-gib/--num-blocks")
+    cfg = gpu_search_config(rate_rps, config, flags)
     slo = parse_slo(slo)
     rows, best = [], None
     for tp in sorted(set(tp_options)):
