@@ -77,7 +77,7 @@ def capacity(
                                        "KV when no --kv-gib/--num-blocks."),
     block_size: int = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens."),
     placement: str = typer.Option("buddy", "--placement", help="Contiguous placement: buddy|first-fit."),
-    max_model_len: Optional[int] = MaxLenOpt, max_batched_tokens: int = TokensOpt,
+    max_model_len: Optional[int] = MaxLenOpt, max_batched_tokens: Optional[int] = TokensOpt,
     hybrid_kv_cache: Optional[bool] = HybridOpt,
     set_flags: List[str] = SetOpt,
     slo: List[str] = typer.Option([], "--slo", metavar="METRIC=LIMIT", help="Latency target: ttft|tpot|e2e"
