@@ -145,6 +145,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     ...                    model="opt-13b", kv_gib=12, rel_tol=0.25)  # doctest: +SKIP
     """
     from kvsim.planning.rate_bounds import serve_ceiling_rps, start_rate_rps
+    from kvsim.planning.rate_bracket import done, down_factor, narrow
 
     slo = parse_slo(slo)
     if not 0 < rel_tol < math.inf:
@@ -197,7 +198,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     else:
         hi, r = start, start
         while lo is None and r > MIN_RATE_RPS and len(tried) < max_runs:
-            r = max(r / factor, MIN_RATE_RPS)
+            r = max(r * down_factor(_tried(tried[r], slo), rel_tol, factor), MIN_RATE_RPS)
             factor = min(2.0, factor * 1.5)
             run([r])
             if r not in tried:
@@ -208,9 +209,10 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
         got = ", ".join(f"{m} = {_fmt(slo_value(first, m))}" for m in slo)
         raise ValueError(f"no rate meets the SLO {_slo_text(slo)}: the lowest rate tried, {min(tried):.3g} req/s, "
                          f"gives {got}" + (f" ({first['error']})" if first.get("error") else ""))
-    while hi is not None and (hi - lo) / lo > rel_tol and len(tried) < max_runs:
+    while hi is not None and not done(lo, hi, rel_tol) and len(tried) < max_runs:
         k = max(1, min(workers, max_runs - len(tried)))
-        run([lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
+        run([narrow(_tried(tried[lo], slo), _tried(tried[hi], slo), rel_tol)] if k == 1 else
+            [lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
         hi = min(r for r in tried if not ok(r))          # conservative when noise makes the curve
         lo = max(r for r in tried if r < hi and ok(r))   # non-monotone: below the lowest failure
     curve = pd.DataFrame([tried[r] for r in sorted(tried)])
@@ -223,6 +225,25 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     else:
         limited = "none (highest rate tried met the SLO)"
     return RateResult(lo, slo, curve, limited, knee, ceiling)
+
+
+_QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def _tried(row: Mapping[str, Any], slo: Mapping[str, float]):
+    """A run row as `kvsim.planning.rate_bracket.Tried`: a stopped run's simulated time over the span of
+    its trace at its rate (requests / rate), and the largest value / limit of a run that went to the end."""
+    from kvsim.planning.rate_bracket import Tried
+
+    stop, rate = row.get("stopped_early_s"), row["rate"]
+    frac = 1.0
+    if stop is not None and stop == stop and row.get("requests_total"):
+        frac = min(1.0, max(0.0, stop * rate / row["requests_total"]))
+        floor = min(1 - _QUANTILE.get(m.rsplit("_", 1)[-1], 1.0) for m in slo)
+        frac = (frac - floor) / (1 - floor) if frac > floor else 0.0   # p50 misses stop past half the span
+    values = [slo_value(row, m) for m in slo] if frac == 1.0 and row.get("status") == "ok" else [None]
+    worst = None if None in values else max(v / slo[m] for v, m in zip(values, slo))
+    return Tried(rate, bool(row.get("meets_slo")), frac, worst)
 
 
 def _fmt(v: float | None) -> str:

@@ -10,8 +10,16 @@ verdict on a run that has already missed its SLO.
   term under prefix caching: shared prompts are held once). So, with the trace's means,
   rate <= max_B B / t(B) / E[n (M - 1)] and, for full-attention models, rate <= slots / (t(1) E[...]).
   Above it the arrivals outrun any schedule: queues grow without bound, and the search stops there.
-- `start_rate_rps`: where the bracket starts: Little's law with the concurrency the cache holds at
-  the trace's mean footprint (prompt + half the outputs) and the step time at that batch.
+- `start_rate_rps`: where the search starts, near the rate at which the engine saturates (above the
+  knee of any SLO, so its first run usually misses the SLO early and costs little). Little's law
+  over time-weighted footprints: at λ req/s and steps of τ s, a = λτ requests arrive per step; each
+  holds its slots for its decode steps, E[held] slot-steps (as above), so the cache holds a E[held]
+  token slots and decodes B = a E[n (M - 1)] sequences a step. The memory-bound rate fills the cache:
+  a = slots / E[held], also capped by `max_num_seqs` (B) and the token budget (a E[P + n (M - 1)]
+  tokens a step). τ is the cost model's step with a E[P] prefill tokens (a E[P²] attention pairs), B
+  decodes reading a E[held] context tokens, plus CPU time; the guess is a / τ. On ShareGPT lengths,
+  OPT-13B, 12 GiB: 2.8 req/s, where runs saturate at about 2.5-2.7 (the old guess, the cache over
+  the mean footprint P + M / 2 at the decode-only step time, was 5.4).
 - `SloWatch`: a run's verdict before it ends. A request that arrived more than L s ago and has no
   first token yet will have a TTFT above L (its token comes after now); with V such requests (or
   finished ones above L) among the at most n requests that will finish, numpy's linear
@@ -85,13 +93,26 @@ def serve_ceiling_rps(cfg: SimConfig, sample: Trace) -> float:
 
 
 def start_rate_rps(cfg: SimConfig, sample: Trace) -> float:
-    """A first guess (req/s) of the highest rate the engine serves: Little's law (module docstring)."""
+    """A first guess (req/s) of the rate at which the engine saturates: Little's law with
+    time-weighted footprints, steps timed at the batch and context that rate holds (module docstring)."""
+    from kvsim.engine.build import build_run
+
     cfg = cfg.resolved()
     p, m, n = _lengths(sample, cfg.deployment.model.max_seq_len)
-    t, capacity, _ = _step_floor(cfg, sample)
-    footprint = float((p + n * m / 2).mean())
-    batch = max(1, min(cfg.scheduler.max_num_seqs, int(capacity / footprint)))
-    return batch / (float(m.mean()) * t(batch))
+    parts = build_run(sample.head(1), cfg)
+    decode = n * (m - 1)
+    held = decode * m / 2 + (m - 1) * p          # (prompts held whole: a guess, not a bound)
+    per_step = [cfg.scheduler.max_batched_tokens / float((p + decode).mean())]   # arrivals per step
+    if decode.mean() > 0:
+        per_step.append(cfg.scheduler.max_num_seqs / float(decode.mean()))
+    if held.mean() > 0 and not cfg.deployment.model.is_hybrid:
+        per_step.append(parts.capacity_tokens / float(held.mean()))
+    a = min(per_step)
+    seqs = a * float(decode.mean())
+    step = parts.cost.step_time(a * float(p.mean()), a * float((p * p).mean()), seqs, a * float(held.mean()))
+    if parts.profile is not None:
+        step += parts.profile.cpu_seconds(a * float(decode.mean()) + a)
+    return a / step
 
 
 class SloWatch:
