@@ -42,9 +42,9 @@ def test_start_rate_by_hand(monkeypatch, max_num_seqs):
 
 
 def test_down_factor_by_hand():
-    # stop fraction 0.6561 -> 0.6561 ** 0.25 = 0.9; kept between 1/1.25 = 0.8 and 1/1.05 = 0.952
+    # stop fraction 0.6561 -> 0.6561 ** 0.25 = 0.9; kept between 1/1.5 = 0.667 and 1/1.05 = 0.952
     assert down_factor(Tried(2.0, False, stop_frac=0.6561), 0.05) == pytest.approx(0.9)
-    assert down_factor(Tried(2.0, False, stop_frac=0.0016), 0.05) == pytest.approx(0.8)      # 0.2 -> 0.8
+    assert down_factor(Tried(2.0, False, stop_frac=0.0016), 0.05) == pytest.approx(1 / 1.5)  # 0.2 -> 0.667
     assert down_factor(Tried(2.0, False, stop_frac=0.0016), 0.05, 2.0) == pytest.approx(0.5)  # steeper allowed
     assert down_factor(Tried(2.0, False, stop_frac=0.99), 0.05) == pytest.approx(1 / 1.05)    # a late miss
     assert down_factor(Tried(2.0, False), 0.05) == pytest.approx(1 / 1.05)                   # ran to the end
@@ -82,13 +82,13 @@ def test_search_on_a_made_up_curve(monkeypatch):
     monkeypatch.setattr(rt, "_evaluate", evaluate)
     res = rt.max_rate({"ttft_mean": 2.0}, preset="alpaca", duration_s=100, model="opt-13b", kv_gib=12,
                       rel_tol=0.05)
-    # 2.0 fails, stop 1/16 -> 0.5, kept at 0.8: 1.6; fails, stop (1/1.6)^4 -> 0.625 (steps up to 1/1.875
-    # now allowed): 1.0, passes (0.4 of the limit); bracket [1.0, 1.6]: the middle sqrt(1.6) = 1.2649,
-    # fails; [1, 1.2649] -> 1.1247, fails; [1, 1.1247] -> 1.0605, fails (1.0605 <= 1.05^2): -> 1.0298,
-    # fails: [1.0, 1.0298] is within 5 %
-    want = [2.0, 1.6, 1.0, 1.6 ** 0.5, 1.6 ** 0.25, 1.6 ** 0.125, 1.6 ** 0.0625]
+    # 2.0 fails, stop 1/16 -> 0.5, kept at 1/1.5: 4/3; fails, stop (3/4)^4 -> 0.75 (steps to 1/2 now
+    # allowed): 1.0, passes (0.4 of the limit); bracket [1, 4/3], the failure early (0.32 of its span):
+    # the middle (4/3)^0.5 = 1.1547, fails; [1, 1.1547] -> 1.0746, fails (1.0746 <= 1.05^2) -> 1.0366,
+    # fails: [1.0, 1.0366] is within 5 %
+    want = [2.0, 4 / 3, 1.0, (4 / 3) ** 0.5, (4 / 3) ** 0.25, (4 / 3) ** 0.125]
     assert list(res.curve.rate) == pytest.approx(sorted(want))
-    assert res.rate_rps == pytest.approx(1.0) and res.knee["rate"] == pytest.approx(1.6 ** 0.0625)
+    assert res.rate_rps == pytest.approx(1.0) and res.knee["rate"] == pytest.approx((4 / 3) ** 0.125)
 
 
 def test_stop_fraction_of_a_run_row():

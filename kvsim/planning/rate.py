@@ -145,7 +145,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     ...                    model="opt-13b", kv_gib=12, rel_tol=0.25)  # doctest: +SKIP
     """
     from kvsim.planning.rate_bounds import serve_ceiling_rps, start_rate_rps
-    from kvsim.planning.rate_bracket import done, down_factor, narrow
+    from kvsim.planning.rate_bracket import FIRST_DOWN, done, down_factor, narrow
 
     slo = parse_slo(slo)
     if not 0 < rel_tol < math.inf:
@@ -185,7 +185,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     if progress is not None:
         progress(f"rate search: serving ceiling {ceiling:.4g} req/s; starting at {start:.4g} req/s")
     run([start])
-    factor = 1.25                    # the guess is near the knee: small steps first, doubling after
+    factor = 1.25                    # a pass at the guess: small steps up first, doubling after
     if ok(start):
         lo, r = start, start
         while hi is None and len(tried) < max_runs and r < cap:
@@ -196,10 +196,10 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
                 break
             lo, hi = (r, None) if ok(r) else (lo, r)
     else:
-        hi, r = start, start
+        hi, r, steepest = start, start, FIRST_DOWN
         while lo is None and r > MIN_RATE_RPS and len(tried) < max_runs:
-            r = max(r * down_factor(_tried(tried[r], slo), rel_tol, factor), MIN_RATE_RPS)
-            factor = min(2.0, factor * 1.5)
+            r = max(r * down_factor(_tried(tried[r], slo), rel_tol, steepest), MIN_RATE_RPS)
+            steepest = min(2.0, steepest * 1.5)
             run([r])
             if r not in tried:
                 break

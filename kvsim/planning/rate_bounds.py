@@ -24,8 +24,10 @@ verdict on a run that has already missed its SLO.
   first token yet will have a TTFT above L (its token comes after now); with V such requests (or
   finished ones above L) among the at most n requests that will finish, numpy's linear
   percentile q is above L once V >= n - floor((n - 1) q), and the mean once the lower bounds (the
-  value, or now - arrival while unknown) sum past n L. The same for e2e with the finish time. The run may then stop: its verdict is already the
-  one the whole run would give (tpot and normalized latency are not watched).
+  value, or now - arrival while unknown) sum past n L. The same for e2e with the finish time, and for
+  the normalized latency (the mean of e2e / output tokens; a request is looked at once one of the mean
+  output length would be late). The run may then stop: its verdict is already the one the whole run
+  would give (tpot is not watched).
 """
 
 from __future__ import annotations
@@ -119,10 +121,19 @@ class SloWatch:
     """`stop_when` for `kvsim.engine.sim.simulate`: True once the run has missed one of `slo`'s watched
     metrics for certain (module docstring). Incremental: each request is looked at once per metric."""
 
-    def __init__(self, slo: Mapping[str, float], arrival_s: np.ndarray):
+    def __init__(self, slo: Mapping[str, float], arrival_s: np.ndarray, output_tokens: np.ndarray | None = None):
+        """`output_tokens` (per request) lets it watch `normalized_latency` too (e2e / output tokens)."""
         self.arrival = np.asarray(arrival_s, dtype=float).tolist()
-        self.rules = [[WATCHED[m][0], WATCHED[m][1], float(limit), 0, 0, 0.0]   # col, q, limit, next, V, sum
-                      for m, limit in slo.items() if m in WATCHED and math.isfinite(limit)]
+        self.per_token, self.rules = None, []
+        for m, limit in slo.items():
+            if not math.isfinite(limit):
+                continue
+            if m in WATCHED:          # col, q, limit, next, V, sum, horizon (s after arrival), per token
+                self.rules.append([WATCHED[m][0], WATCHED[m][1], float(limit), 0, 0, 0.0, float(limit), False])
+            elif m == "normalized_latency" and output_tokens is not None and len(output_tokens):
+                out = np.asarray(output_tokens, dtype=float)
+                self.per_token = (1.0 / out).tolist()     # looked at once one of mean length is late
+                self.rules.append(["finished_s", None, float(limit), 0, 0, 0.0, limit * float(out.mean()), True])
 
     def __call__(self, sched, now: float) -> bool:
         if not self.rules:
@@ -131,18 +142,18 @@ class SloWatch:
         status = sched.status
         n = num - sched.num_rejected                 # at most this many requests will finish
         for rule in self.rules:
-            col, q, limit, i, v, total = rule
+            col, q, limit, i, v, total, horizon, per_token = rule
             times = getattr(sched, col)
-            while i < num and arrival[i] < now - limit:
+            while i < num and arrival[i] < now - horizon:
                 if status[i] != "rejected":
                     t = times[i]
-                    if t != t or t - arrival[i] > limit:     # NaN: it comes after now
-                        v += 1
-                        total += now - arrival[i] if t != t else t - arrival[i]
-                    else:
-                        total += t - arrival[i]
+                    late = (now if t != t else t) - arrival[i]       # NaN: it comes after now
+                    late = late * self.per_token[i] if per_token else late
+                    if t != t or late > limit:
+                        v += late > limit
+                    total += late
                 i += 1
-            rule[3:] = [i, v, total]
+            rule[3:6] = [i, v, total]
             if n <= 0:
                 continue
             if q is None:
