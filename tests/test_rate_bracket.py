@@ -65,8 +65,9 @@ def test_narrow_by_hand():
 
 
 def test_search_on_a_made_up_curve(monkeypatch):
-    # knee at 1.01 req/s (an SLO on the mean TTFT: a missed mean can stop a run at any time); a run above it stops at (1 / rate) ** 4 of its span (so the step down from it
-    # would be 1 / rate), one below passes at 0.4 of its limit. Start 2.0, ceiling 10.
+    # knee at 1.01 req/s, an SLO on the mean TTFT (a missed mean can stop a run at any time): a run above
+    # the knee stops at (1 / rate) ** 4 of its span (so the step down from it would be 1 / rate), one
+    # below passes at 0.4 of its limit. Start 2.0, ceiling 10.
     monkeypatch.setattr(rb, "start_rate_rps", lambda cfg, sample: 2.0)
     monkeypatch.setattr(rb, "serve_ceiling_rps", lambda cfg, sample: 10.0)
 
