@@ -10,7 +10,7 @@ import pytest
 import kvsim.engine.build
 import kvsim.planning.rate as rt
 import kvsim.planning.rate_bounds as rb
-from kvsim.planning.rate_bracket import Tried, done, down_factor, narrow
+from kvsim.planning.rate_bracket import Descent, Tried, done, narrow
 from kvsim.planning.runs import make_config
 from kvsim.trace.table import Trace
 
@@ -41,13 +41,26 @@ def test_start_rate_by_hand(monkeypatch, max_num_seqs):
     assert rb.start_rate_rps(cfg, sample) == pytest.approx(a / (step + 0.002 + 1e-4 * 16 * a), rel=1e-12)
 
 
-def test_down_factor_by_hand():
-    # stop fraction 0.6561 -> 0.6561 ** 0.25 = 0.9; kept between 1/1.5 = 0.667 and 1/1.05 = 0.952
-    assert down_factor(Tried(2.0, False, stop_frac=0.6561), 0.05) == pytest.approx(0.9)
-    assert down_factor(Tried(2.0, False, stop_frac=0.0016), 0.05) == pytest.approx(1 / 1.5)  # 0.2 -> 0.667
-    assert down_factor(Tried(2.0, False, stop_frac=0.0016), 0.05, 2.0) == pytest.approx(0.5)  # steeper allowed
-    assert down_factor(Tried(2.0, False, stop_frac=0.99), 0.05) == pytest.approx(1 / 1.05)    # a late miss
-    assert down_factor(Tried(2.0, False), 0.05) == pytest.approx(1 / 1.05)                   # ran to the end
+def test_descent_by_hand():
+    tol = 0.05
+    d = Descent(tol)
+    # stop fraction 0.0016 -> 0.0016 ** 0.25 = 0.2, kept at 1/1.5 (the first step's steepest)
+    assert d.factor(Tried(2.0, False, stop_frac=0.0016)) == pytest.approx(1 / 1.5)
+    # 0.6561 -> 0.9, inside [1/2 (steps may grow now), 1/1.05]
+    assert d.factor(Tried(1.33, False, stop_frac=0.6561)) == pytest.approx(0.9)
+    # late misses: held at 1/1.05 twice, then 1/1.05^2, then 1/1.05^4 (a guess that keeps saying near)
+    late = [d.factor(Tried(1.2, False, stop_frac=0.99)) for _ in range(4)]
+    assert late == pytest.approx([1 / 1.05, 1 / 1.05, 1 / 1.05 ** 2, 1 / 1.05 ** 4])
+    # a failing run that went to the end at 1.2x its limit: 1 / 1.2; the next at 1.1x, one step lower
+    # (4 -> 10/3 req/s): latency ~ rate ** k with k = ln(1.2 / 1.1) / ln(1.2) = 0.4772, so the limit is
+    # met at 1.1 ** (-1 / k) = 0.8190 of 10/3 req/s
+    d = Descent(tol)
+    assert d.factor(Tried(4.0, False, worst=1.2)) == pytest.approx(1 / 1.2)
+    k = math.log(1.2 / 1.1) / math.log(4.0 / (10 / 3))
+    assert d.factor(Tried(10 / 3, False, worst=1.1)) == pytest.approx(1.1 ** (-1 / k))
+    assert 1.1 ** (-1 / k) == pytest.approx(0.8190, abs=1e-4)
+    # a latency that did not grow with the rate: as steep as allowed (1/2)
+    assert d.factor(Tried(2.73, False, worst=1.1)) == pytest.approx(0.5)
 
 
 def test_narrow_by_hand():

@@ -145,7 +145,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     ...                    model="opt-13b", kv_gib=12, rel_tol=0.25)  # doctest: +SKIP
     """
     from kvsim.planning.rate_bounds import serve_ceiling_rps, start_rate_rps
-    from kvsim.planning.rate_bracket import FIRST_DOWN, done, down_factor, narrow
+    from kvsim.planning.rate_bracket import Descent, done, narrow
 
     slo = parse_slo(slo)
     if not 0 < rel_tol < math.inf:
@@ -196,10 +196,9 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
                 break
             lo, hi = (r, None) if ok(r) else (lo, r)
     else:
-        hi, r, steepest = start, start, FIRST_DOWN
+        hi, r, descent = start, start, Descent(rel_tol)
         while lo is None and r > MIN_RATE_RPS and len(tried) < max_runs:
-            r = max(r * down_factor(_tried(tried[r], slo), rel_tol, steepest), MIN_RATE_RPS)
-            steepest = min(2.0, steepest * 1.5)
+            r = max(r * descent.factor(_tried(tried[r], slo)), MIN_RATE_RPS)
             run([r])
             if r not in tried:
                 break
@@ -236,12 +235,13 @@ def _tried(row: Mapping[str, Any], slo: Mapping[str, float]):
     from kvsim.planning.rate_bracket import Tried
 
     stop, rate = row.get("stopped_early_s"), row["rate"]
+    stopped = stop is not None and stop == stop
     frac = 1.0
-    if stop is not None and stop == stop and row.get("requests_total"):
+    if stopped and row.get("requests_total"):
         frac = min(1.0, max(0.0, stop * rate / row["requests_total"]))
         floor = min(1 - _QUANTILE.get(m.rsplit("_", 1)[-1], 1.0) for m in slo)
         frac = (frac - floor) / (1 - floor) if frac > floor else 0.0   # p50 misses stop past half the span
-    values = [slo_value(row, m) for m in slo] if frac == 1.0 and row.get("status") == "ok" else [None]
+    values = [None] if stopped or row.get("status") != "ok" else [slo_value(row, m) for m in slo]
     worst = None if None in values else max(v / slo[m] for v, m in zip(values, slo))
     return Tried(rate, bool(row.get("meets_slo")), frac, worst)
 
