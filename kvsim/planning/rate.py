@@ -1,9 +1,11 @@
 """The highest request rate that meets a latency SLO, and the GPUs that serve a rate.
 
-`max_rate` starts from a guess made from the cache size and the trace's mean lengths, brackets the
-rate by steps of 1.25x, then 1.9x, then doubling, up or down, never above the serving ceiling (the rate
-past which arrivals outrun any schedule, `kvsim.planning.rate_bounds`), then narrows the bracket
-(k-section with `workers` runs per round, bisection with one) until it is within `rel_tol`. A run stops
+`max_rate` starts near the rate at which the engine saturates (`kvsim.planning.rate_bounds`), never
+above the serving ceiling (the rate past which arrivals outrun any schedule); from a passing start it
+steps up by 1.25x, then 1.9x, then doubling; from a failing one it steps down by how late that run
+missed the SLO (`kvsim.planning.rate_bracket`), then narrows the bracket (k-section with `workers`
+runs per round; with one, beside whichever run came close, else the geometric middle) until it is
+within `rel_tol`. A run stops
 as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
 a fraction of a run. A preset's rates all
 replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
