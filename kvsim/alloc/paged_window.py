@@ -6,9 +6,10 @@ boundary). Mixins of `PagedAllocator` (they read and update the allocator's sequ
 
 from __future__ import annotations
 
+from heapq import heapify, heappop, heappush
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats
+from .base import AllocationError, MemoryStats, MemoryTable
 
 
 class PagedWindows:
@@ -197,8 +198,9 @@ class PagedTicks:
                         return min(max_steps, room + rounds * bs)
         raise AllocationError("a ticking sequence is missing from its tick")
 
-    def tick_steps(self, steps: int) -> list[MemoryStats]:
-        """`steps` ticks within what `tick_window` allowed; `stats()` after each."""
+    def tick_steps(self, steps: int) -> Sequence[MemoryStats]:
+        """`steps` ticks within what `tick_window` allowed; `stats()` after each (a `MemoryTable`: the
+        snapshots change only by counts that this works out per tick, so none is made one by one)."""
         if self._shared_partial or self._pending is not None:
             snapshots = []
             for _ in range(steps):
@@ -206,49 +208,85 @@ class PagedTicks:
                     raise AllocationError("tick_steps ran out of free blocks")
                 snapshots.append(self.stats())
             return snapshots
-        # `tick` and `stats` inlined: nothing partly filled shared, every block taken fits
-        bs, due, nb, cap, ticking = self.block_size, self._due, self.num_blocks, self.capacity_tokens, self._ticking
+        # `tick` inlined (nothing partly filled shared, every block taken fits), visiting only the
+        # ticks at which a sequence is due (those filed now, then each `bs` ticks after one that took)
+        bs, due, nb, ticking = self.block_size, self._due, self.num_blocks, self._ticking
         cache = self._cache
-        evictable = cache.num_evictable if cache is not None else 0
-        top, free_list, ref, excess = self._top, self._free, self._ref, self._excess
-        sum_tokens, sum_reach, sum_blocks = self._sum_tokens, self._sum_reach, self._sum_blocks
-        snapshots, start, make = [], self._clock, tuple.__new__     # (a named tuple made directly)
-        for clock in range(start, start + steps):
+        evictable = evictable_at_start = cache.num_evictable if cache is not None else 0
+        top, free_list, ref = self._top, self._free, self._ref
+        sum_reach, sum_blocks = self._sum_reach, self._sum_blocks
+        start, end = self._clock, self._clock + steps
+        free_at_start = nb - top + len(free_list) + evictable
+        clocks = [c for c in due if c < end]
+        heapify(clocks)
+        crossings = []                              # (tick - start, blocks taken, reach added, evicted)
+        while clocks:
+            clock = heappop(clocks)
             crossing = due.pop(clock, None)
-            if crossing:
-                nxt = due.setdefault(clock + bs, [])
-                for seq in crossing:
-                    if seq.due != clock:
-                        continue                    # stale
-                    table = seq.table
-                    held = len(table) * bs
-                    seq.due = clock + bs
-                    if top < nb:                    # `_take`
-                        table.append(top)
-                        top += 1
-                        ref.append(1)
-                    elif free_list:
-                        block = free_list.popleft()
-                        ref[block] = 1
-                        table.append(block)
-                    elif evictable:                 # the least recently freed cached block
-                        block = cache.evict_lru()
-                        evictable -= 1
-                        ref[block] = 1
-                        table.append(block)
-                    else:
-                        raise AllocationError("tick_steps ran out of free blocks")
-                    final = seq.final
-                    if final > held:
-                        sum_reach += (final if final < held + bs else held + bs) - held
-                    sum_blocks += 1
-                    nxt.append(seq)
-            sum_tokens += ticking
-            num_free = nb - top + len(free_list) + evictable
-            used = nb - num_free
-            tokens, reach = sum_tokens - excess, sum_reach - excess
-            snapshots.append(make(MemoryStats, (cap, tokens, reach - tokens, used * bs - reach, 0,
-                                                num_free * bs, used, num_free, sum_blocks, evictable)))  # (as `stats()`)
-        self._top, self._clock = top, start + steps
-        self._sum_tokens, self._sum_reach, self._sum_blocks = sum_tokens, sum_reach, sum_blocks
-        return snapshots
+            if not crossing:
+                continue
+            if clock + bs not in due and clock + bs < end:
+                heappush(clocks, clock + bs)
+            nxt = due.setdefault(clock + bs, [])
+            taken = reach = evicted = 0
+            for seq in crossing:
+                if seq.due != clock:
+                    continue                        # stale
+                table = seq.table
+                held = len(table) * bs
+                seq.due = clock + bs
+                if top < nb:                        # `_take`
+                    table.append(top)
+                    top += 1
+                    ref.append(1)
+                elif free_list:
+                    block = free_list.popleft()
+                    ref[block] = 1
+                    table.append(block)
+                elif evictable:                     # the least recently freed cached block
+                    block = cache.evict_lru()
+                    evictable -= 1
+                    evicted += 1
+                    ref[block] = 1
+                    table.append(block)
+                else:
+                    raise AllocationError("tick_steps ran out of free blocks")
+                final = seq.final
+                if final > held:
+                    reach += (final if final < held + bs else held + bs) - held
+                taken += 1
+                nxt.append(seq)
+            if taken:
+                crossings.append((clock - start, taken, reach, evicted))
+                sum_reach += reach
+                sum_blocks += taken
+        table = _tick_table(steps, crossings, self.capacity_tokens, bs, nb, self._sum_tokens - self._excess,
+                            ticking, self._sum_reach - self._excess, self._sum_blocks, free_at_start,
+                            evictable_at_start)
+        self._top, self._clock = top, end
+        self._sum_tokens += ticking * steps
+        self._sum_reach, self._sum_blocks = sum_reach, sum_blocks
+        return table
+
+
+def _tick_table(steps: int, crossings: list[tuple[int, int, int, int]], capacity: int, bs: int, num_blocks: int,
+                tokens: int, ticking: int, reach: int, blocks: int, free: int, cached: int) -> MemoryTable:
+    """`stats()` after each of `steps` ticks, from the counts before the first (`tokens` written,
+    `reach`: slots the sequences will fill, `blocks` held unshared, `free` and `cached` blocks) and the
+    `crossings` (tick, blocks taken, reach added, cached blocks evicted): each tick writes `ticking`
+    more slots; each block taken is one less free."""
+    import numpy as np
+    added = np.zeros((3, steps), np.int64)
+    if crossings:
+        at, taken, reached, evicted = np.array(crossings, np.int64).T
+        added[0, at], added[1, at], added[2, at] = taken, reached, evicted
+    added = added.cumsum(axis=1)
+    written = np.arange(tokens + ticking, tokens + ticking * (steps + 1), ticking, np.int64) if ticking \
+        else np.full(steps, tokens, np.int64)
+    reach_now, num_free = reach + added[1], free - added[0]
+    used = num_blocks - num_free
+    out = np.empty((steps, len(MemoryTable.fields)), np.int64)
+    for col, values in enumerate((capacity, written, reach_now - written, used * bs - reach_now, 0, num_free * bs,
+                                  used, num_free, blocks + added[0], cached - added[2])):
+        out[:, col] = values
+    return MemoryTable(out)
