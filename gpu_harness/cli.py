@@ -165,7 +165,8 @@ def replay(trace: Path = typer.Argument(..., help="Trace file (any format kvsim 
            kv_gib: float = typer.Option(None, "--kv-gib", help="KV memory of the deployment, GiB."),
            num_blocks: int = typer.Option(None, "--num-blocks", help="KV blocks of the deployment."),
            block_size: int = typer.Option(16, "--block-size", min=1, help="Block size, tokens."),
-           max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences per batch."),
+           max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1, help="Most sequences "
+                                                      "per batch (default: the engine profile's, as kvsim run)."),
            preemption: str = typer.Option("recompute", "--preemption", help="recompute or swap."),
            prefix_caching: Optional[bool] = typer.Option(
                None, "--enable-prefix-caching/--no-enable-prefix-caching", "--prefix-caching/--no-prefix-caching",

@@ -101,3 +101,22 @@ def test_gpus_for_refuses_a_fixed_kv_size():
     res = CliRunner().invoke(app, ["capacity", "--model", "llama-2-7b", "--slo", "ttft_p99=2", "--gpus-for", "5",
                                    "--kv-gib", "12"])
     assert res.exit_code == 2 and "--gpus-for sizes each TP degree's KV cache" in res.output
+
+
+def test_gpus_for_table_prints_each_note_whole_on_a_narrow_terminal():
+    """The note column folds instead of cutting its text at 60 characters (issue 22)."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from kvsim.cli.plan import _print_gpus
+    note = "the weights (130.4 GiB per GPU) do not fit one A100-80GB's 71.3 GiB budget at TP 1"
+    df = pd.DataFrame([{"tp": 1, "fits": False, "max_rate_rps": None, "replicas": None, "gpus": None,
+                        "limited_by": "-", "note": note, "best": False},
+                       {"tp": 2, "fits": True, "max_rate_rps": 2.5, "replicas": 8.0, "gpus": 16.0,
+                        "limited_by": "compute", "note": "", "best": True}])
+    out = io.StringIO()
+    _print_gpus(Console(file=out, width=80), df, 20.0)
+    text = "".join(ch for ch in out.getvalue() if ch.isalnum() or ch in ".()")
+    assert "".join(ch for ch in note if ch.isalnum() or ch in ".()") in "".join(text.split())

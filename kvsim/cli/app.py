@@ -22,7 +22,7 @@ from kvsim.cli.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, Cp
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
-from kvsim.cli.options import HybridOpt, MaxLenOpt, TokensOpt
+from kvsim.cli.options import HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
 from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_text_atomic
 
@@ -75,7 +75,6 @@ NumBlocksOpt = typer.Option(None, "--num-blocks", "--num-gpu-blocks-override", h
 MemUtilOpt = typer.Option(0.9, "--gpu-mem-util", "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV, when no "
                           "--kv-gib/--num-blocks.")
 BlockOpt = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens.")
-SeqsOpt = typer.Option(256, "--max-num-seqs", min=1, help="Most sequences in one batch.")
 ChunkOpt = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill",
                         help="Split prompts over steps (default: the engine profile's; on for vllm-v1).")
 ProfileOpt = typer.Option("vllm-v1", "--engine-profile", help="Serving engine simulated: vllm-v1 (mixed "
@@ -136,7 +135,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         batching: Batching = typer.Option(Batching.continuous, "--batching", help="Batching policy."),
         reserve: Reserve = typer.Option(Reserve.max, "--reserve", help="Contiguous reservation policy."),
         placement: Placement = typer.Option(Placement.buddy, "--placement", help="Contiguous placement."),
-        block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
+        block_size: int = BlockOpt, max_num_seqs: Optional[int] = SeqsOpt, max_batched_tokens: Optional[int] = TokensOpt,
         chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt, swap_gib: float = SwapOpt,
         prefix_caching: Optional[bool] = PrefixOpt, kv_cache_dtype: str = KvDtypeOpt,
         max_model_len: Optional[int] = MaxLenOpt, engine_profile: str = ProfileOpt,
@@ -243,7 +242,7 @@ COMPARED_HYBRID = {
 def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
             gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
             num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
-            block_size: int = BlockOpt, max_num_seqs: int = SeqsOpt, max_batched_tokens: int = TokensOpt,
+            block_size: int = BlockOpt, max_num_seqs: Optional[int] = SeqsOpt, max_batched_tokens: Optional[int] = TokensOpt,
             chunked_prefill: Optional[bool] = ChunkOpt, preemption: Preemption = PreemptOpt,
             swap_gib: float = SwapOpt, prefix_caching: Optional[bool] = PrefixOpt,
             kv_cache_dtype: str = KvDtypeOpt, max_model_len: Optional[int] = MaxLenOpt,

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import typer
 
-TokensOpt = typer.Option(8192, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
+TokensOpt = typer.Option(None, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
                          help="Most tokens computed in one step (also sizes the activation reserve and, for "
-                         "sliding-window and chunked-local layers, vLLM's blocks per request).")
+                         "sliding-window and chunked-local layers, vLLM's blocks per request). Default: the "
+                         "engine profile's; vllm-v1 as `vllm serve`: 8192 on H100/H200, 2048 on A100/L4/A10G, "
+                         "16384 at >= 160 GiB; vllm-2023 and ideal: 8192.")
+SeqsOpt = typer.Option(None, "--max-num-seqs", min=1, help="Most sequences in one batch. Default: the engine "
+                       "profile's; vllm-v1 as `vllm serve`: 1024 on H100/H200 and >= 160 GiB, 256 on "
+                       "A100/L4/A10G; vllm-2023 and ideal: 256.")
 MaxLenOpt = typer.Option(None, "--max-model-len", min=1, help="Longest prompt + output served, tokens "
                          "(default: the model's maximum); sizes the contiguous `max` reservation and vLLM's "
                          "maximum concurrency.")

@@ -77,7 +77,7 @@ def capacity(
                                        "KV when no --kv-gib/--num-blocks."),
     block_size: int = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens."),
     placement: str = typer.Option("buddy", "--placement", help="Contiguous placement: buddy|first-fit."),
-    max_model_len: Optional[int] = MaxLenOpt, max_batched_tokens: int = TokensOpt,
+    max_model_len: Optional[int] = MaxLenOpt, max_batched_tokens: Optional[int] = TokensOpt,
     hybrid_kv_cache: Optional[bool] = HybridOpt,
     set_flags: List[str] = SetOpt,
     slo: List[str] = typer.Option([], "--slo", metavar="METRIC=LIMIT", help="Latency target: ttft|tpot|e2e"
@@ -262,13 +262,14 @@ def _print_gpus(console, df, rate: float) -> None:
     from rich.table import Table
 
     t = Table(title=f"GPUs for {rate:g} req/s")
-    for col in ("TP", "fits", "max rate/replica", "replicas", "GPUs", "limited by", "note"):
+    for col in ("TP", "fits", "max rate/replica", "replicas", "GPUs", "limited by"):
         t.add_column(col, justify="right")
+    t.add_column("note", overflow="fold")          # whole, folded over lines on a narrow terminal
     for r in df.to_dict("records"):
         num = (lambda v, f: "-" if v is None or v != v else f.format(v))
         t.add_row(str(r["tp"]), {True: "yes", False: "no"}.get(r["fits"], "-"),
                   num(r["max_rate_rps"], "{:.3g}"), num(r["replicas"], "{:.0f}"), num(r["gpus"], "{:.0f}"),
-                  r["limited_by"], r["note"][:60])
+                  r["limited_by"], r["note"])
     console.print(t)
     best = df[df.best].iloc[0]
     console.print(f"smallest: TP {best.tp} x {best.replicas:.0f} replica(s) = [bold]{best.gpus:.0f} GPUs[/]",

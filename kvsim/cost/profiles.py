@@ -69,7 +69,9 @@ class EngineProfile:
     cost curve); variant: the CPU-time variant ("low", "central", "high"; "" for none); block_table: how
     the engine builds block tables each step, "padded-longest" (vLLM v0: every table rebuilt, padded to
     the batch's longest sequence; worker `_prepare_inputs`) or "persistent" (V1: new blocks appended to a
-    persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py)."""
+    persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py);
+    scheduler_defaults: the batch limits a run takes without --max-num-seqs / --max-num-batched-tokens,
+    "vllm-v1" (per GPU, as `vllm serve`) or "fixed" (256 and 8192; `kvsim.engine.batch_defaults`)."""
 
     name: str
     separate_prefill: bool = False
@@ -84,6 +86,7 @@ class EngineProfile:
     kernel: str = "vllm-v0-paged"
     variant: str = ""
     block_table: str = "padded-longest"
+    scheduler_defaults: str = "fixed"
 
     def __post_init__(self) -> None:
         for field in ("cpu_step_s", "cpu_seq_s"):
@@ -95,6 +98,8 @@ class EngineProfile:
         get_kernel(self.kernel)
         if self.block_table not in ("padded-longest", "persistent"):
             raise ValueError(f"engine profile {self.name!r}: block_table must be padded-longest or persistent")
+        if self.scheduler_defaults not in ("vllm-v1", "fixed"):
+            raise ValueError(f"engine profile {self.name!r}: scheduler_defaults must be vllm-v1 or fixed")
 
     def cpu_seconds(self, num_seqs: int) -> float:
         """CPU time of a step that runs `num_seqs` sequences (prefilling and decoding), seconds."""
@@ -117,7 +122,8 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=VLLM_V1_CPU_STEP_S,
                   cpu_seq_s=VLLM_V1_CPU_SEQ_S, prefix_caching=VLLM_V1_PREFIX_CACHING,
                   source=CPU_VARIANTS["vllm-v1"]["central"][2],
-                  kernel="flash-attn", variant="central", block_table="persistent"),
+                  kernel="flash-attn", variant="central", block_table="persistent",
+                  scheduler_defaults="vllm-v1"),
     EngineProfile("ideal", kernel_step_overhead=True, paged_penalty=True,
                   source="kernels only (cost model's fixed step overhead)", kernel="vllm-v0-paged"),
 )}

@@ -147,7 +147,7 @@ def jenga_allocator(cfg: SimConfig):
 def _kv_bytes_per_gpu(cfg: SimConfig) -> int:
     """KV bytes one GPU holds: `--kv-gib` / tp, `--num-blocks` blocks of full-attention pages, or what
     its memory leaves at `--gpu-mem-util`."""
-    dep, cache, sched = cfg.deployment, cfg.cache, cfg.scheduler
+    dep, cache = cfg.deployment, cfg.cache
     if cache.kv_gib is not None:
         if not 0 < cache.kv_gib < float("inf"):
             raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
@@ -156,7 +156,7 @@ def _kv_bytes_per_gpu(cfg: SimConfig) -> int:
         if cache.num_blocks < 1:
             raise ValueError(f"--num-blocks must be positive, got {cache.num_blocks}")
         return cache.num_blocks * cache.block_size * dep.model.kv_bytes_per_token(dep.tp)
-    return int(dep.kv_memory_per_gpu(cache.gpu_mem_util, sched.max_batched_tokens))
+    return int(dep.kv_memory_per_gpu(cache.gpu_mem_util, cfg.batch_limits()[1]))
 
 
 def grouped_contiguous_allocator(cfg: SimConfig) -> GroupedContiguousAllocator:

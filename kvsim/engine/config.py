@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.alloc import ALLOCATORS
+from kvsim.engine.batch_defaults import FIXED, batch_limits
 from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.engine.samples import SAMPLE_LENGTHS
 from kvsim.cost.calibration import Calibration
@@ -28,10 +29,12 @@ class SchedulerConfig:
     `beam_death_rate`: probability that a beam of a beam-search request dies at a decode step and is
     replaced by a fork of a surviving beam (docs/sharing.md); 0 makes beams plain parallel samples.
     `sample_lengths`: equal (every sample runs to the request's output length) or uniform (the other
-    samples of a request stop earlier, `kvsim.engine.samples`); a trace's `output_tokens_per_sample` wins."""
+    samples of a request stop earlier, `kvsim.engine.samples`); a trace's `output_tokens_per_sample` wins.
+    `max_num_seqs`, `max_batched_tokens` None: the engine profile's defaults for the GPU (vllm-v1: vLLM
+    V1's per-GPU defaults; `kvsim.engine.batch_defaults`), filled by `SimConfig.resolved`."""
 
-    max_num_seqs: int = 256
-    max_batched_tokens: int = 8192
+    max_num_seqs: int | None = None
+    max_batched_tokens: int | None = None
     chunked_prefill: bool | None = None
     preemption: str = "recompute"
     batching: str = "continuous"
@@ -41,7 +44,7 @@ class SchedulerConfig:
     sample_lengths: str = "equal"
 
     def __post_init__(self) -> None:
-        if self.max_num_seqs < 1 or self.max_batched_tokens < 1:
+        if any(v is not None and v < 1 for v in (self.max_num_seqs, self.max_batched_tokens)):
             raise ValueError("max_num_seqs and max_batched_tokens must be >= 1")
         if not 0 <= self.beam_death_rate < 1:
             raise ValueError(f"--beam-death-rate must be in [0, 1), got {self.beam_death_rate}")
@@ -51,6 +54,15 @@ class SchedulerConfig:
             raise ValueError(f"unknown preemption mode {self.preemption!r}; known: recompute, swap")
         if self.batching not in ("continuous", "static"):
             raise ValueError(f"unknown batching mode {self.batching!r}; known: continuous, static")
+
+    def with_fixed_limits(self) -> "SchedulerConfig":
+        """This config with the "fixed" defaults (256 sequences, 8192 tokens) for limits left None: what
+        a scheduler built without a `SimConfig` (no GPU to pick vLLM V1's defaults by) takes."""
+        if self.max_num_seqs is not None and self.max_batched_tokens is not None:
+            return self
+        tokens, seqs = FIXED
+        return replace(self, max_num_seqs=self.max_num_seqs or seqs,
+                       max_batched_tokens=self.max_batched_tokens or tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +132,20 @@ class SimConfig:
         if separate and chunked:
             raise ValueError(f"--chunked-prefill: the {profile.name} engine profile runs each prompt whole "
                              "in a prompt-only step")
-        sched = replace(sched, chunked_prefill=chunked, separate_prefill=separate,
-                        swap_multi_seq=sched.swap_multi_seq or profile.swap_multi_sequence)
+        seqs, tokens = self.batch_limits(profile, chunked)
+        sched = replace(sched, chunked_prefill=chunked, separate_prefill=separate, max_num_seqs=seqs,
+                        max_batched_tokens=tokens, swap_multi_seq=sched.swap_multi_seq or profile.swap_multi_sequence)
         return replace(self, cache=cache, scheduler=sched, engine_profile=profile)
+
+    def batch_limits(self, profile: EngineProfile | None = None, chunked: bool | None = None) -> tuple[int, int]:
+        """(max_num_seqs, max_batched_tokens) of this run: the flags given, else the engine profile's
+        defaults for the GPU and the model's maximum length (`kvsim.engine.batch_defaults`)."""
+        profile = profile or self.profile()
+        sched, dep = self.scheduler, self.deployment
+        if chunked is None:
+            chunked = profile.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
+        return batch_limits(profile.scheduler_defaults, dep.gpu.name, dep.gpu.memory_bytes, dep.model.max_seq_len,
+                            chunked and not profile.separate_prefill, sched.max_num_seqs, sched.max_batched_tokens)
 
     def to_dict(self) -> dict:
         """The resolved configuration, JSON-ready (written as `config.json`)."""
@@ -162,7 +185,7 @@ def kv_capacity(cfg: SimConfig) -> int:
     dep, cache = cfg.deployment, cfg.cache
     block_size = cache.block_size if cache.allocator == "paged" else 1
     capacity = dep.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size, cache.gpu_mem_util,
-                                      cfg.scheduler.max_batched_tokens)
+                                      cfg.batch_limits()[1])
     if capacity < 1:
         raise ValueError("the KV cache holds no token slot (--kv-gib or --num-blocks too small)")
     if capacity < block_size:
@@ -184,10 +207,10 @@ def kv_cache_plan(cfg: SimConfig) -> KVCachePlan | None:
         raise ValueError(f"--num-blocks must be positive, got {cache.num_blocks}")
     if cache.kv_gib is not None and not 0 < cache.kv_gib < float("inf"):
         raise ValueError(f"--kv-gib must be positive and finite, got {cache.kv_gib}")
-    kv_bytes = None
+    kv_bytes, tokens = None, cfg.batch_limits()[1]
     if cache.num_blocks is None:
         kv_bytes = (int(cache.kv_gib * GIB // dep.tp) if cache.kv_gib is not None else
-                    int(dep.kv_memory_per_gpu(cache.gpu_mem_util, cfg.scheduler.max_batched_tokens)))
+                    int(dep.kv_memory_per_gpu(cache.gpu_mem_util, tokens)))
     return plan_kv_cache(dep.model, dep.tp, cache.block_size, kv_bytes_per_gpu=kv_bytes,
-                         num_blocks=cache.num_blocks, max_num_batched_tokens=cfg.scheduler.max_batched_tokens,
+                         num_blocks=cache.num_blocks, max_num_batched_tokens=tokens,
                          hybrid=cache.hybrid_kv_cache, prefix_caching=prefix_caching_on(cfg))

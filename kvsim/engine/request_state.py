@@ -77,7 +77,7 @@ class SchedulerBase:
                  max_seq_len: int, swap_tokens: int = 0, block_ids=None, seed: int = 0):
         """`swap_tokens`: CPU swap space in KV slots; `block_ids(i)`: prompt block content ids for
         prefix caching (None without); `seed`: the run's (beam search draws, `kvsim.engine.beams`)."""
-        self.alloc, self.cfg, self.max_seq_len = allocator, config, max_seq_len
+        self.alloc, self.cfg, self.max_seq_len = allocator, config.with_fixed_limits(), max_seq_len
         self.swap_tokens = swap_tokens
         self.block_ids = block_ids          # callable(i) -> prompt block content ids, or None
         self.requests = req = RequestState(trace)

@@ -25,7 +25,7 @@ def memory_ledger(cfg: SimConfig) -> dict[str, Any]:
     blocks (whole deployment, as vLLM counts them) and the maximum concurrency at the maximum model
     length; `kv_cache_tokens` None when the cache holds nothing (with the error in `kv_error`)."""
     dep, cache = cfg.deployment, cfg.cache
-    led = dep.memory_ledger(cache.gpu_mem_util, cfg.scheduler.max_batched_tokens)
+    led = dep.memory_ledger(cache.gpu_mem_util, cfg.batch_limits()[1])
     source = ("kv_gib" if cache.kv_gib is not None else "num_gpu_blocks_override" if cache.num_blocks is not None
               else "gpu_memory_utilization")
     out: dict[str, Any] = {
@@ -34,7 +34,8 @@ def memory_ledger(cfg: SimConfig) -> dict[str, Any]:
         "model_weights_gib": led.weights / GIB, "activation_peak_gib": led.activation_peak / GIB,
         "non_torch_memory_gib": led.non_torch / GIB, "rest_for_kv_cache_gib": led.kv / GIB,
         "kv_cache_source": source, "kv_cache_gib": None, "kv_cache_tokens": None, "num_blocks": None,
-        "block_size": cache.block_size, "max_model_len": dep.model.max_seq_len, "max_concurrency": None}
+        "block_size": cache.block_size, "max_model_len": dep.model.max_seq_len, "max_concurrency": None,
+        **_batch_limits(cfg)}
     try:
         plan = kv_cache_plan(cfg)
         if plan is not None:
@@ -54,11 +55,24 @@ def memory_ledger(cfg: SimConfig) -> dict[str, Any]:
     return out
 
 
+def _batch_limits(cfg: SimConfig) -> dict[str, Any]:
+    """The scheduler's batch limits and where they come from (the flags, or the profile's defaults)."""
+    seqs, tokens = cfg.batch_limits()
+    profile, sched = cfg.profile(), cfg.scheduler
+    given = [name for name, v in (("--max-num-seqs", sched.max_num_seqs),
+                                  ("--max-num-batched-tokens", sched.max_batched_tokens)) if v is not None]
+    source = (f"{profile.name}'s defaults on {cfg.deployment.gpu.name}" if not given else
+              f"set by {' and '.join(given)}" + ("" if len(given) == 2 else f"; the rest {profile.name}'s defaults"))
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "batch_limits_source": source}
+
+
 def ledger_lines(ledger: dict[str, Any]) -> list[str]:
     """The ledger as vLLM's start-up log lines (without the KV size and concurrency lines when the
     cache holds nothing)."""
     g = ledger
-    lines = [f"Model loading took {g['model_weights_gib']:.2f} GiB memory (weights per GPU, TP {g['tp']})",
+    lines = [f"Scheduler: max_num_seqs={g['max_num_seqs']}, max_num_batched_tokens={g['max_num_batched_tokens']} "
+             f"({g['batch_limits_source']})",
+             f"Model loading took {g['model_weights_gib']:.2f} GiB memory (weights per GPU, TP {g['tp']})",
              f"Memory profiling: total_gpu_memory ({g['total_gpu_memory_gib']:.2f}GiB) x gpu_memory_utilization "
              f"({g['gpu_memory_utilization']:.2f}) = {g['budget_gib']:.2f}GiB; model weights take "
              f"{g['model_weights_gib']:.2f}GiB; non_torch_memory takes {g['non_torch_memory_gib']:.2f}GiB; "

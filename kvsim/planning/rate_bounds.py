@@ -71,7 +71,7 @@ def serve_ceiling_rps(cfg: SimConfig, sample: Trace) -> float:
     cfg = cfg.resolved()
     p, m, n = _lengths(sample, cfg.deployment.model.max_seq_len)
     t, capacity, hybrid = _step_floor(cfg, sample)
-    sizes = _batches(cfg.scheduler.max_num_seqs)
+    sizes = _batches(cfg.batch_limits()[0])
     times = [t(b) for b in sizes]
     # B / t(B) for B in (b_k, b_k+1] is at most b_k+1 / t(b_k): t never decreases with B
     slots_per_s = max([1 / times[0]] + [b2 / t1 for b2, t1 in zip(sizes[1:], times)])
@@ -90,7 +90,7 @@ def start_rate_rps(cfg: SimConfig, sample: Trace) -> float:
     p, m, n = _lengths(sample, cfg.deployment.model.max_seq_len)
     t, capacity, _ = _step_floor(cfg, sample)
     footprint = float((p + n * m / 2).mean())
-    batch = max(1, min(cfg.scheduler.max_num_seqs, int(capacity / footprint)))
+    batch = max(1, min(cfg.batch_limits()[0], int(capacity / footprint)))
     return batch / (float(m.mean()) * t(batch))
 
 

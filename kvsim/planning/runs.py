@@ -149,7 +149,7 @@ def capacity_tokens(config: SimConfig) -> int:
     """KV slots of the whole deployment under `config` (as `build_run` sizes the cache)."""
     cache = config.cache
     return config.deployment.kv_capacity_tokens(cache.kv_gib, cache.num_blocks, cache.block_size,
-                                                cache.gpu_mem_util, config.scheduler.max_batched_tokens)
+                                                cache.gpu_mem_util, config.batch_limits()[1])
 
 
 def config_row(config: SimConfig) -> dict[str, Any]:
@@ -169,6 +169,8 @@ def config_row(config: SimConfig) -> dict[str, Any]:
             for g in dataclasses.fields(value):
                 v = getattr(value, g.name)
                 row[prefix + g.name] = v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
+            if f.name == "scheduler":           # the batch limits the run takes (the profile's defaults)
+                row["max_num_seqs"], row["max_batched_tokens"] = config.batch_limits()
         else:
             row[f.name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
     return row

@@ -113,7 +113,7 @@ class HybridAccounting(GroupedSequences):
                 assert len(table) == rules.entries_for(seq.tokens), \
                     f"seq {seq_id} group {g}: {len(table)} entries for {seq.tokens} tokens"
                 assert all(b == NULL_BLOCK for b in table[:z]), f"seq {seq_id} group {g}: nulls not a prefix"
-                assert z <= max(rules.skipped_entries(seq.tokens), 0), \
+                assert z <= rules.most_nulls(seq.tokens), \
                     f"seq {seq_id} group {g}: {z} entries nulled, more than its window skips"
                 for k, b in enumerate(table[z:], start=z):
                     assert b != NULL_BLOCK and 0 <= b < self._top, f"seq {seq_id} group {g}: bad block {b}"

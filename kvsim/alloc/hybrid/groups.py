@@ -69,6 +69,11 @@ class FullRules:
         """Leading entries no token after the first `computed` ones reads (freed as decoding goes on)."""
         return 0
 
+    def most_nulls(self, tokens: int) -> int:
+        """The most leading null entries a sequence of `tokens` tokens can hold: its skipped entries
+        (a chunked group's prefix-cache hit can null more, `ChunkedRules.most_nulls`)."""
+        return self.skipped_entries(tokens)
+
     def next_take(self, entries: int) -> int:
         """The computed tokens C at which growing to C + 1 needs entry `entries + 1`."""
         return entries * self.block_size
@@ -147,6 +152,16 @@ class ChunkedRules(SlidingRules):
 
     def skipped_entries(self, computed: int) -> int:
         return computed // self.chunk * self.chunk // self.block_size
+
+    def most_nulls(self, tokens: int) -> int:
+        """With a chunk that is not a multiple of the block size, a hit can hold more nulls than its
+        length skips, as in vLLM 0.33: `find_hit` nulls the blocks before the chunk of the candidate
+        length L (the full groups' hit), up to the block holding the chunk's start, then cuts the hit
+        where the chunk's own blocks miss. E.g. chunk 4, block 3, L = 6: [null], hit 3 tokens, although
+        3 tokens skip no block (`ChunkedLocalAttentionManager.find_longest_cache_hit`). Such a hit is at
+        most as long as the tokens held, all nulls."""
+        skipped = self.skipped_entries(tokens)
+        return skipped if self.chunk % self.block_size == 0 else max(skipped, tokens // self.block_size)
 
     def next_drop(self, nulls: int) -> int:
         return -(-(nulls + 1) * self.block_size // self.chunk) * self.chunk
