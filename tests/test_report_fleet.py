@@ -85,3 +85,14 @@ def test_bad_fleet_report_flags_are_one_line_naming_the_flag(tmp_path, args, fla
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and flag in lines[0], res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_the_fleet_section_follows_the_single_engine_sections(tmp_path):
+    out = tmp_path / "r"
+    res = runner.invoke(app, ["report", "traces/tiny.jsonl", "--kv-gib", "4", "--block-sizes", "", "--rates", "1",
+                              "--replicas", "2", "--routers", "prefix-aware", "--set", "router_cache_threshold=0.5",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    headings = [x for x in (out / "report.md").read_text().splitlines() if x.startswith("## ")]
+    assert headings == ["## Workload and deployment", "## Systems at the trace's arrival times",
+                        "## Latency against request rate", "## Fleets: routers compared", "## Provenance"]

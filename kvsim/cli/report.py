@@ -279,8 +279,10 @@ def report_cmd(
                 from kvsim.planning.fleet_report import fleet_report
                 rep = fleet_report(tr, title, flags, **fleet)
             else:
+                from kvsim.fleet.config import FLEET_FLAGS
+                engine = {k: v for k, v in flags.items() if fleet is None or k not in FLEET_FLAGS}
                 rep = trace_report(tr, title, rates=rate_list, block_sizes=sizes, workers=workers or os.cpu_count(),
-                                   **flags)
+                                   **engine)
                 if fleet is not None:
                     from kvsim.planning.fleet_report import fleet_section
                     fleet_section(rep, tr, flags, **fleet)
