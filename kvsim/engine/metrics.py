@@ -1,7 +1,8 @@
 """Per-step and per-request records, and the run summary (keys of DESIGN.md's `--json`).
 
 Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
-snapshot is weighted by the step's duration. The step log buffers one tuple per step and folds them,
+snapshot is weighted by the step's duration. The step log buffers one tuple per step (a window whose
+snapshots come as one table, `kvsim.alloc.base.MemoryTable`, as one float64 table) and folds them,
 `CHUNK` rows at a time, into numpy columns and running aggregates (all the summary needs), so a run's
 memory does not grow with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the
 steps table) or handed to a sink.
