@@ -217,7 +217,7 @@ class PagedTicks:
         sum_reach, sum_blocks = self._sum_reach, self._sum_blocks
         start, end = self._clock, self._clock + steps
         free_at_start = nb - top + len(free_list) + evictable
-        clocks = [c for c in due if c < end]
+        clocks = [c for c in due if start <= c < end]
         heapify(clocks)
         crossings = []                              # (tick - start, blocks taken, reach added, evicted)
         while clocks:
