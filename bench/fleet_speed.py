@@ -71,9 +71,9 @@ def main() -> None:
             print(f"{r['replicas']:>3} replica(s) {r['router']:>13}: {r['wall_s']:7.2f} s wall ({r['cpu_s']:.2f} s CPU), "
                   f"{r['engine_steps']:>10,} "
                   f"steps, {r['finished']:,}/{r['requests']:,} finished, TTFT p99 {r['ttft_p99_s']:.3g} s")
-        one, fleet = pairs[-1]
-        print(f"  pair {k + 1}: fleet / single {fleet['wall_s'] / one['wall_s']:.2f}x wall, "
-              f"{fleet['cpu_s'] / one['cpu_s']:.2f}x CPU", flush=True)
+        single, fleet = pairs[-1]
+        print(f"  pair {k + 1}: fleet / single {fleet['wall_s'] / single['wall_s']:.2f}x wall, "
+              f"{fleet['cpu_s'] / single['cpu_s']:.2f}x CPU", flush=True)
     ratio = median(f["wall_s"] / s["wall_s"] for s, f in pairs)
     print(f"medians over {len(pairs)} pair(s): single {median(s['wall_s'] for s, _ in pairs):.2f} s, fleet "
           f"{median(f['wall_s'] for _, f in pairs):.2f} s; fleet / single wall time (median of the pairs' ratios): "
