@@ -9,7 +9,8 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats, MemoryTable
+from .base import AllocationError, MemoryStats
+from .tick_snapshots import tick_snapshots
 
 
 class PagedWindows:
@@ -199,8 +200,8 @@ class PagedTicks:
         raise AllocationError("a ticking sequence is missing from its tick")
 
     def tick_steps(self, steps: int) -> Sequence[MemoryStats]:
-        """`steps` ticks within what `tick_window` allowed; `stats()` after each (a `MemoryTable`: the
-        snapshots change only by counts that this works out per tick, so none is made one by one)."""
+        """`steps` ticks within what `tick_window` allowed; `stats()` after each (worked out from the
+        ticks that took blocks, kvsim/alloc/tick_snapshots.py: a `MemoryTable` for a long window)."""
         if self._shared_partial or self._pending is not None:
             snapshots = []
             for _ in range(steps):
@@ -260,33 +261,10 @@ class PagedTicks:
                 crossings.append((clock - start, taken, reach, evicted))
                 sum_reach += reach
                 sum_blocks += taken
-        table = _tick_table(steps, crossings, self.capacity_tokens, bs, nb, self._sum_tokens - self._excess,
-                            ticking, self._sum_reach - self._excess, self._sum_blocks, free_at_start,
-                            evictable_at_start)
+        table = tick_snapshots(
+            steps, crossings, self.capacity_tokens, bs, nb, self._sum_tokens - self._excess, ticking,
+            self._sum_reach - self._excess, self._sum_blocks, free_at_start, evictable_at_start)
         self._top, self._clock = top, end
         self._sum_tokens += ticking * steps
         self._sum_reach, self._sum_blocks = sum_reach, sum_blocks
         return table
-
-
-def _tick_table(steps: int, crossings: list[tuple[int, int, int, int]], capacity: int, bs: int, num_blocks: int,
-                tokens: int, ticking: int, reach: int, blocks: int, free: int, cached: int) -> MemoryTable:
-    """`stats()` after each of `steps` ticks, from the counts before the first (`tokens` written,
-    `reach`: slots the sequences will fill, `blocks` held unshared, `free` and `cached` blocks) and the
-    `crossings` (tick, blocks taken, reach added, cached blocks evicted): each tick writes `ticking`
-    more slots; each block taken is one less free."""
-    import numpy as np
-    added = np.zeros((3, steps), np.int64)
-    if crossings:
-        at, taken, reached, evicted = np.array(crossings, np.int64).T
-        added[0, at], added[1, at], added[2, at] = taken, reached, evicted
-    added = added.cumsum(axis=1)
-    written = np.arange(tokens + ticking, tokens + ticking * (steps + 1), ticking, np.int64) if ticking \
-        else np.full(steps, tokens, np.int64)
-    reach_now, num_free = reach + added[1], free - added[0]
-    used = num_blocks - num_free
-    out = np.empty((steps, len(MemoryTable.fields)), np.int64)
-    for col, values in enumerate((capacity, written, reach_now - written, used * bs - reach_now, 0, num_free * bs,
-                                  used, num_free, blocks + added[0], cached - added[2])):
-        out[:, col] = values
-    return MemoryTable(out)
