@@ -31,7 +31,7 @@ def test_memory_ledger_of_llama_3_8b_on_an_h100_by_hand():
     assert kv_tokens == 447_209
     assert g["kv_cache_tokens"] == 447_200 and g["num_blocks"] == 27_950
     assert g["max_concurrency"] == pytest.approx(447_200 / 8192)
-    lines = ledger_lines(g)
+    lines = ledger_lines(g)[1:]         # (after the scheduler's limits: tests/test_batch_defaults.py)
     assert lines[0] == "Model loading took 14.96 GiB memory (weights per GPU, TP 1)"
     assert "model weights take 14.96GiB; non_torch_memory takes 0.50GiB; PyTorch activation peak memory " \
            "takes 1.25GiB; the rest of the memory reserved for KV Cache is 54.59GiB." in lines[1]
@@ -45,7 +45,7 @@ def test_ledger_splits_weights_over_tp_and_names_a_given_kv_size():
     g = memory_ledger(make_config(model="llama-2-70b", gpu="a100-80gb", tp=4, kv_gib=20))
     assert g["model_weights_gib"] == pytest.approx(69e9 * 2 / 4 / GIB)
     assert g["kv_cache_gib"] == pytest.approx(5.0, rel=1e-4) and g["kv_cache_source"] == "kv_gib"
-    assert "(set by --kv-gib)" in ledger_lines(g)[2]
+    assert "(set by --kv-gib)" in ledger_lines(g)[3]
     tp1 = memory_ledger(make_config(model="llama-2-70b", gpu="a100-80gb"))
     assert tp1["kv_cache_tokens"] is None and "weights leave no memory" in tp1["kv_error"]
 

@@ -41,7 +41,24 @@ def test_slo_watch_by_hand():
     assert not SloWatch({"tpot_p99": 1e-9, "ttft_p99": math.inf}, arrivals)(sched, 100.0)
 
 
-@pytest.mark.parametrize("slo", [{"ttft_p99": 0.5}, {"e2e_p50": 3.0}, {"ttft_mean": 0.3}])
+def test_slo_watch_normalized_latency_by_hand():
+    # arrivals 0, 1, 2, 3 s with 2, 4, 1, 1 output tokens (mean 2); limit 1 s/token: a request is looked
+    # at 1 x 2 = 2 s after it arrived. Request 0 finished at 1.0 (0.5 s/token); the others not yet.
+    sched = SimpleNamespace(status=["finished"] + ["unfinished"] * 3, num_rejected=0, finished_s=[1.0, NAN, NAN, NAN])
+    arrivals, outputs = np.array([0.0, 1.0, 2.0, 3.0]), np.array([2, 4, 1, 1])
+    watch = SloWatch({"normalized_latency": 1.0}, arrivals, outputs)
+    # at 4.5 requests 0-2 are looked at: 0.5 + (4.5 - 1) / 4 + (4.5 - 2) / 1 = 3.875, / 4 = 0.97 <= 1
+    assert not watch(sched, 4.5)
+    # at 5.5 request 3 too: + (5.5 - 3) / 1 = 6.375 / 4 = 1.59 > 1: missed for certain
+    assert watch(sched, 5.5)
+    # a limit of 0.9 s/token is missed at 4.5 already (requests up to 4.5 - 1.8 = 2.7 looked at: 0.97)
+    assert SloWatch({"normalized_latency": 0.9}, arrivals, outputs)(sched, 4.5)
+    # without the output lengths it is not watched
+    assert not SloWatch({"normalized_latency": 0.9}, arrivals)(sched, 100.0)
+
+
+@pytest.mark.parametrize("slo", [{"ttft_p99": 0.5}, {"e2e_p50": 3.0}, {"ttft_mean": 0.3},
+                                 {"normalized_latency": 0.2}])
 def test_a_run_stopped_early_has_the_verdict_of_the_whole_run(slo):
     cfg = make_config(model="opt-13b", kv_gib=1)
     trace = base_trace("alpaca", 200.0, 0)

@@ -50,6 +50,13 @@ class SimResult:
         return self._steps
 
 
+#: Engine steps between two `stop_when` questions: a watch that looks at each request once (the rate
+#: search's `SloWatch`) costs little per question, and a run that has missed its SLO stops within this
+#: many steps of it (at 2,000, the progress default, an overloaded 600-s Alpaca run went on for a
+#: fifth of its span after its verdict was certain; `bench/rate_search_cost.py`).
+STOP_CHECK_EVERY = 200
+
+
 class _Stopped(Exception):
     """Raised through the engine's progress hook when `stop_when` says the run may stop."""
 
@@ -62,7 +69,7 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
     `fast_forward=False` steps one at a time (the same results, slower; see kvsim/engine/step.py);
     `keep_steps=False` keeps no per-step rows (memory bounded by the requests, not the steps);
     `step_sink(columns)` receives the step rows in chunks as they come (e.g. to stream steps.csv);
-    `stop_when(scheduler, now)`, asked every few thousand steps, ends the run early when True (the
+    `stop_when(scheduler, now)`, asked every `STOP_CHECK_EVERY` steps, ends the run early when True (the
     rate search's verdict on a run that has already missed its SLO): the summary then covers the
     requests so far and says when it stopped (`stopped_early_s`)."""
     parts = build_run(trace, cfg)
@@ -77,6 +84,7 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
             if stop_when(parts.scheduler, now):
                 raise _Stopped(now)
     engine = Engine(trace.arrival_s, parts.scheduler, cost or parts.cost, log, hook,
+                    progress_every=STOP_CHECK_EVERY if stop_when is not None else 2000,
                     fast_forward=fast_forward,   # (a profile without CPU time adds 0.0: skipped)
                     cpu_seconds=profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None)
     stopped = None

@@ -1,9 +1,11 @@
 """The highest request rate that meets a latency SLO, and the GPUs that serve a rate.
 
-`max_rate` starts from a guess made from the cache size and the trace's mean lengths, brackets the
-rate by steps of 1.25x, then 1.9x, then doubling, up or down, never above the serving ceiling (the rate
-past which arrivals outrun any schedule, `kvsim.planning.rate_bounds`), then narrows the bracket
-(k-section with `workers` runs per round, bisection with one) until it is within `rel_tol`. A run stops
+`max_rate` starts near the rate at which the engine saturates (`kvsim.planning.rate_bounds`), never
+above the serving ceiling (the rate past which arrivals outrun any schedule); from a passing start it
+steps up by 1.25x, then 1.9x, then doubling; from a failing one it steps down by how late that run
+missed the SLO (`kvsim.planning.rate_bracket`), then narrows the bracket (k-section with `workers`
+runs per round; with one, beside whichever run came close, else the geometric middle) until it is
+within `rel_tol`. A run stops
 as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
 a fraction of a run. A preset's rates all
 replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
@@ -145,6 +147,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     ...                    model="opt-13b", kv_gib=12, rel_tol=0.25)  # doctest: +SKIP
     """
     from kvsim.planning.rate_bounds import serve_ceiling_rps, start_rate_rps
+    from kvsim.planning.rate_bracket import Descent, done, narrow
 
     slo = parse_slo(slo)
     if not 0 < rel_tol < math.inf:
@@ -184,7 +187,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     if progress is not None:
         progress(f"rate search: serving ceiling {ceiling:.4g} req/s; starting at {start:.4g} req/s")
     run([start])
-    factor = 1.25                    # the guess is near the knee: small steps first, doubling after
+    factor = 1.25                    # a pass at the guess: small steps up first, doubling after
     if ok(start):
         lo, r = start, start
         while hi is None and len(tried) < max_runs and r < cap:
@@ -195,10 +198,9 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
                 break
             lo, hi = (r, None) if ok(r) else (lo, r)
     else:
-        hi, r = start, start
+        hi, r, descent = start, start, Descent(rel_tol)
         while lo is None and r > MIN_RATE_RPS and len(tried) < max_runs:
-            r = max(r / factor, MIN_RATE_RPS)
-            factor = min(2.0, factor * 1.5)
+            r = max(r * descent.factor(_tried(tried[r], slo)), MIN_RATE_RPS)
             run([r])
             if r not in tried:
                 break
@@ -208,9 +210,10 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
         got = ", ".join(f"{m} = {_fmt(slo_value(first, m))}" for m in slo)
         raise ValueError(f"no rate meets the SLO {_slo_text(slo)}: the lowest rate tried, {min(tried):.3g} req/s, "
                          f"gives {got}" + (f" ({first['error']})" if first.get("error") else ""))
-    while hi is not None and (hi - lo) / lo > rel_tol and len(tried) < max_runs:
+    while hi is not None and not done(lo, hi, rel_tol) and len(tried) < max_runs:
         k = max(1, min(workers, max_runs - len(tried)))
-        run([lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
+        run([narrow(_tried(tried[lo], slo), _tried(tried[hi], slo), rel_tol)] if k == 1 else
+            [lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
         hi = min(r for r in tried if not ok(r))          # conservative when noise makes the curve
         lo = max(r for r in tried if r < hi and ok(r))   # non-monotone: below the lowest failure
     curve = pd.DataFrame([tried[r] for r in sorted(tried)])
@@ -223,6 +226,26 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     else:
         limited = "none (highest rate tried met the SLO)"
     return RateResult(lo, slo, curve, limited, knee, ceiling)
+
+
+_QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def _tried(row: Mapping[str, Any], slo: Mapping[str, float]):
+    """A run row as `kvsim.planning.rate_bracket.Tried`: a stopped run's simulated time over the span of
+    its trace at its rate (requests / rate), and the largest value / limit of a run that went to the end."""
+    from kvsim.planning.rate_bracket import Tried
+
+    stop, rate = row.get("stopped_early_s"), row["rate"]
+    stopped = stop is not None and stop == stop
+    frac = 1.0
+    if stopped and row.get("requests_total"):
+        frac = min(1.0, max(0.0, stop * rate / row["requests_total"]))
+        floor = min(1 - _QUANTILE.get(m.rsplit("_", 1)[-1], 1.0) for m in slo)
+        frac = (frac - floor) / (1 - floor) if frac > floor else 0.0   # p50 misses stop past half the span
+    values = [None] if stopped or row.get("status") != "ok" else [slo_value(row, m) for m in slo]
+    worst = None if None in values else max(v / slo[m] for v, m in zip(values, slo))
+    return Tried(rate, bool(row.get("meets_slo")), frac, worst)
 
 
 def _fmt(v: float | None) -> str:

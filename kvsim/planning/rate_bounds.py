@@ -10,14 +10,24 @@ verdict on a run that has already missed its SLO.
   term under prefix caching: shared prompts are held once). So, with the trace's means,
   rate <= max_B B / t(B) / E[n (M - 1)] and, for full-attention models, rate <= slots / (t(1) E[...]).
   Above it the arrivals outrun any schedule: queues grow without bound, and the search stops there.
-- `start_rate_rps`: where the bracket starts: Little's law with the concurrency the cache holds at
-  the trace's mean footprint (prompt + half the outputs) and the step time at that batch.
+- `start_rate_rps`: where the search starts, near the rate at which the engine saturates (above the
+  knee of any SLO, so its first run usually misses the SLO early and costs little). Little's law
+  over time-weighted footprints: at λ req/s and steps of τ s, a = λτ requests arrive per step; each
+  holds its slots for its decode steps, E[held] slot-steps (as above), so the cache holds a E[held]
+  token slots and decodes B = a E[n (M - 1)] sequences a step. The memory-bound rate fills the cache:
+  a = slots / E[held], also capped by `max_num_seqs` (B) and the token budget (a E[P + n (M - 1)]
+  tokens a step). τ is the cost model's step with a E[P] prefill tokens (a E[P²] attention pairs), B
+  decodes reading a E[held] context tokens, plus CPU time; the guess is a / τ. On ShareGPT lengths,
+  OPT-13B, 12 GiB: 2.8 req/s, where runs saturate at about 2.5-2.7 (the old guess, the cache over
+  the mean footprint P + M / 2 at the decode-only step time, was 5.4).
 - `SloWatch`: a run's verdict before it ends. A request that arrived more than L s ago and has no
   first token yet will have a TTFT above L (its token comes after now); with V such requests (or
   finished ones above L) among the at most n requests that will finish, numpy's linear
   percentile q is above L once V >= n - floor((n - 1) q), and the mean once the lower bounds (the
-  value, or now - arrival while unknown) sum past n L. The same for e2e with the finish time. The run may then stop: its verdict is already the
-  one the whole run would give (tpot and normalized latency are not watched).
+  value, or now - arrival while unknown) sum past n L. The same for e2e with the finish time, and for
+  the normalized latency (the mean of e2e / output tokens; a request is looked at once one of the mean
+  output length would be late). The run may then stop: its verdict is already the one the whole run
+  would give (tpot is not watched).
 """
 
 from __future__ import annotations
@@ -85,23 +95,46 @@ def serve_ceiling_rps(cfg: SimConfig, sample: Trace) -> float:
 
 
 def start_rate_rps(cfg: SimConfig, sample: Trace) -> float:
-    """A first guess (req/s) of the highest rate the engine serves: Little's law (module docstring)."""
+    """A first guess (req/s) of the rate at which the engine saturates: Little's law with
+    time-weighted footprints, steps timed at the batch and context that rate holds (module docstring)."""
+    from kvsim.engine.build import build_run
+
     cfg = cfg.resolved()
     p, m, n = _lengths(sample, cfg.deployment.model.max_seq_len)
-    t, capacity, _ = _step_floor(cfg, sample)
-    footprint = float((p + n * m / 2).mean())
-    batch = max(1, min(cfg.batch_limits()[0], int(capacity / footprint)))
-    return batch / (float(m.mean()) * t(batch))
+    parts = build_run(sample.head(1), cfg)
+    decode = n * (m - 1)
+    held = decode * m / 2 + (m - 1) * p          # (prompts held whole: a guess, not a bound)
+    seqs_cap, tokens_cap = cfg.batch_limits()
+    per_step = [tokens_cap / float((p + decode).mean())]   # arrivals per step
+    if decode.mean() > 0:
+        per_step.append(seqs_cap / float(decode.mean()))
+    if held.mean() > 0 and not cfg.deployment.model.is_hybrid:
+        per_step.append(parts.capacity_tokens / float(held.mean()))
+    a = min(per_step)
+    seqs = a * float(decode.mean())
+    step = parts.cost.step_time(a * float(p.mean()), a * float((p * p).mean()), seqs, a * float(held.mean()))
+    if parts.profile is not None:
+        step += parts.profile.cpu_seconds(a * float(decode.mean()) + a)
+    return a / step
 
 
 class SloWatch:
     """`stop_when` for `kvsim.engine.sim.simulate`: True once the run has missed one of `slo`'s watched
     metrics for certain (module docstring). Incremental: each request is looked at once per metric."""
 
-    def __init__(self, slo: Mapping[str, float], arrival_s: np.ndarray):
+    def __init__(self, slo: Mapping[str, float], arrival_s: np.ndarray, output_tokens: np.ndarray | None = None):
+        """`output_tokens` (per request) lets it watch `normalized_latency` too (e2e / output tokens)."""
         self.arrival = np.asarray(arrival_s, dtype=float).tolist()
-        self.rules = [[WATCHED[m][0], WATCHED[m][1], float(limit), 0, 0, 0.0]   # col, q, limit, next, V, sum
-                      for m, limit in slo.items() if m in WATCHED and math.isfinite(limit)]
+        self.per_token, self.rules = None, []
+        for m, limit in slo.items():
+            if not math.isfinite(limit):
+                continue
+            if m in WATCHED:          # col, q, limit, next, V, sum, horizon (s after arrival), per token
+                self.rules.append([WATCHED[m][0], WATCHED[m][1], float(limit), 0, 0, 0.0, float(limit), False])
+            elif m == "normalized_latency" and output_tokens is not None and len(output_tokens):
+                out = np.asarray(output_tokens, dtype=float)
+                self.per_token = (1.0 / out).tolist()     # looked at once one of mean length is late
+                self.rules.append(["finished_s", None, float(limit), 0, 0, 0.0, limit * float(out.mean()), True])
 
     def __call__(self, sched, now: float) -> bool:
         if not self.rules:
@@ -110,18 +143,18 @@ class SloWatch:
         status = sched.status
         n = num - sched.num_rejected                 # at most this many requests will finish
         for rule in self.rules:
-            col, q, limit, i, v, total = rule
+            col, q, limit, i, v, total, horizon, per_token = rule
             times = getattr(sched, col)
-            while i < num and arrival[i] < now - limit:
+            while i < num and arrival[i] < now - horizon:
                 if status[i] != "rejected":
                     t = times[i]
-                    if t != t or t - arrival[i] > limit:     # NaN: it comes after now
-                        v += 1
-                        total += now - arrival[i] if t != t else t - arrival[i]
-                    else:
-                        total += t - arrival[i]
+                    late = (now if t != t else t) - arrival[i]       # NaN: it comes after now
+                    late = late * self.per_token[i] if per_token else late
+                    if t != t or late > limit:
+                        v += late > limit
+                    total += late
                 i += 1
-            rule[3:] = [i, v, total]
+            rule[3:6] = [i, v, total]
             if n <= 0:
                 continue
             if q is None:

@@ -30,7 +30,7 @@ def run_rate(point: Mapping[str, Any], trace: Trace | None, config: SimConfig,
     row: dict[str, Any] = {"run_id": run_id(point), **point}
     try:
         tr = workload(point, trace)
-        result = simulate(tr, config, keep_steps=False, stop_when=SloWatch(slo, tr.arrival_s))
+        result = simulate(tr, config, keep_steps=False, stop_when=SloWatch(slo, tr.arrival_s, tr.output_tokens))
         row.update({**config_row(config), **point, **summary_row(result.summary)})
         row.update(status="ok", error="")
     except Exception as exc:  # noqa: BLE001 - a failing rate is a recorded row, as in a sweep
