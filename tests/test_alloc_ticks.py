@@ -1,20 +1,20 @@
 """PagedAllocator's lazy decode ticks (`tick_join`, `tick`, `tick_window`, `tick_steps`), checked by hand
 on pools of a few blocks: which tick takes which block, the memory breakdown after each tick, a tick
 that runs out of blocks and resumes, stale sequences skipped, and the refusals; each with the snapshots of
-`tick_steps` made as named tuples and as one table (kvsim/alloc/tick_snapshots.py)."""
+`tick_steps` made as named tuples and as one table (kvsim/alloc/paged_tick_steps.py)."""
 
 import copy
 
 import pytest
 
 from kvsim.alloc import AllocationError, PagedAllocator
-from kvsim.alloc import tick_snapshots
+from kvsim.alloc import paged_tick_steps
 
 
 @pytest.fixture(autouse=True, params=["tuples", "table"])
 def snapshots_as(request, monkeypatch):
     """Every test twice: `tick_steps` giving its snapshots as named tuples, then as one table."""
-    monkeypatch.setattr(tick_snapshots, "TABLE_MIN_STEPS", 10**9 if request.param == "tuples" else 0)
+    monkeypatch.setattr(paged_tick_steps, "TABLE_MIN_STEPS", 10**9 if request.param == "tuples" else 0)
     return request.param
 
 

@@ -46,7 +46,7 @@ class MemoryStats(NamedTuple):
 
 class MemoryTable:
     """The snapshots of consecutive steps as one table: `array` (numpy int64, one row per step, columns
-    `MemoryStats._fields`), what a window of lazy decode ticks returns (`PagedTicks.tick_steps`) instead
+    `MemoryStats._fields`), what a window of lazy decode ticks returns (`PagedTickSteps.tick_steps`) instead
     of a named tuple per step; the engine's step log folds it whole. Reads as a sequence of `MemoryStats`."""
 
     __slots__ = ("array",)

@@ -6,11 +6,9 @@ boundary). Mixins of `PagedAllocator` (they read and update the allocator's sequ
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
-from .tick_snapshots import tick_snapshots
 
 
 class PagedWindows:
@@ -73,7 +71,7 @@ class PagedWindows:
 
 
 class PagedTicks:
-    """Lazy decode growth (`tick_join`, `tick`, `tick_window`, `tick_steps`) of `PagedAllocator`.
+    """Lazy decode growth (`tick_join`, `tick`, `tick_window`; `tick_steps` in paged_tick_steps.py) of `PagedAllocator`.
 
     A ticking sequence grows by one slot at every `tick()` without being touched: its `tokens` are
     as of clock `at`, so it holds `tokens + (_clock - at)` slots. Each one is filed in `_due` under
@@ -198,73 +196,3 @@ class PagedTicks:
                     if rank < 0:
                         return min(max_steps, room + rounds * bs)
         raise AllocationError("a ticking sequence is missing from its tick")
-
-    def tick_steps(self, steps: int) -> Sequence[MemoryStats]:
-        """`steps` ticks within what `tick_window` allowed; `stats()` after each (worked out from the
-        ticks that took blocks, kvsim/alloc/tick_snapshots.py: a `MemoryTable` for a long window)."""
-        if self._shared_partial or self._pending is not None:
-            snapshots = []
-            for _ in range(steps):
-                if not self.tick():
-                    raise AllocationError("tick_steps ran out of free blocks")
-                snapshots.append(self.stats())
-            return snapshots
-        # `tick` inlined (nothing partly filled shared, every block taken fits), visiting only the
-        # ticks at which a sequence is due (those filed now, then each `bs` ticks after one that took)
-        bs, due, nb, ticking = self.block_size, self._due, self.num_blocks, self._ticking
-        cache = self._cache
-        evictable = evictable_at_start = cache.num_evictable if cache is not None else 0
-        top, free_list, ref = self._top, self._free, self._ref
-        sum_reach, sum_blocks = self._sum_reach, self._sum_blocks
-        start, end = self._clock, self._clock + steps
-        free_at_start = nb - top + len(free_list) + evictable
-        clocks = [c for c in due if start <= c < end]
-        heapify(clocks)
-        crossings = []                              # (tick - start, blocks taken, reach added, evicted)
-        while clocks:
-            clock = heappop(clocks)
-            crossing = due.pop(clock, None)
-            if not crossing:
-                continue
-            if clock + bs not in due and clock + bs < end:
-                heappush(clocks, clock + bs)
-            nxt = due.setdefault(clock + bs, [])
-            taken = reach = evicted = 0
-            for seq in crossing:
-                if seq.due != clock:
-                    continue                        # stale
-                table = seq.table
-                held = len(table) * bs
-                seq.due = clock + bs
-                if top < nb:                        # `_take`
-                    table.append(top)
-                    top += 1
-                    ref.append(1)
-                elif free_list:
-                    block = free_list.popleft()
-                    ref[block] = 1
-                    table.append(block)
-                elif evictable:                     # the least recently freed cached block
-                    block = cache.evict_lru()
-                    evictable -= 1
-                    evicted += 1
-                    ref[block] = 1
-                    table.append(block)
-                else:
-                    raise AllocationError("tick_steps ran out of free blocks")
-                final = seq.final
-                if final > held:
-                    reach += (final if final < held + bs else held + bs) - held
-                taken += 1
-                nxt.append(seq)
-            if taken:
-                crossings.append((clock - start, taken, reach, evicted))
-                sum_reach += reach
-                sum_blocks += taken
-        table = tick_snapshots(
-            steps, crossings, self.capacity_tokens, bs, nb, self._sum_tokens - self._excess, ticking,
-            self._sum_reach - self._excess, self._sum_blocks, free_at_start, evictable_at_start)
-        self._top, self._clock = top, end
-        self._sum_tokens += ticking * steps
-        self._sum_reach, self._sum_blocks = sum_reach, sum_blocks
-        return table
