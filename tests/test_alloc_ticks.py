@@ -361,3 +361,14 @@ def test_the_fast_forward_and_appends_stop_a_sequence_ticking_since_clock_0():
     assert b.tick() and b.tick()             # 5 tokens in [0, 1]
     assert b.decode_window([1], 100) == 4    # its final 9 - 5: the ticks counted
     b.check_invariants()
+
+
+def test_a_snapshot_table_reads_as_a_list_of_snapshots():
+    import numpy as np
+
+    from kvsim.alloc.base import MemoryStats, MemoryTable
+
+    rows = [MemoryStats(20, 9, 3, 0, 0, 8, 3, 2, 3), MemoryStats(20, 11, 5, 0, 0, 4, 4, 1, 4)]
+    table = MemoryTable(np.array(rows, np.int64))
+    assert len(table) == 2 and table[1] == rows[1] and table[-1].unshared_blocks == 4
+    assert table == rows and table[1:] == rows[1:] and list(table) == rows and table != rows[:1]

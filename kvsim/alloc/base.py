@@ -58,7 +58,10 @@ class MemoryTable:
     def __len__(self) -> int:
         return len(self.array)
 
-    def __getitem__(self, j: int) -> MemoryStats:
+    def __getitem__(self, j):
+        """Step j's `MemoryStats`; a slice gives a `MemoryTable` of those steps."""
+        if isinstance(j, slice):
+            return MemoryTable(self.array[j])
         return MemoryStats._make(self.array[j].tolist())
 
     def __iter__(self):
