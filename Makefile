@@ -35,6 +35,7 @@ reports: $(REPORTS_DEPS)
 	rm -rf $(SWEEP_TMP) && $(KVSIM) sweep traces/azure_conv_excerpt.jsonl --grid block_size=16,128 --grid rate=2,4,8 --set model=llama-3-8b --set gpu=h100-80gb --set max_requests=400 -o $(SWEEP_TMP) \
 		&& $(KVSIM) report --sweep $(SWEEP_TMP) --title "Sweep report: Llama-3-8B on one H100, block size x rate" -o reports/sweep-llama3-8b --force
 	$(KVSIM) hybrid-study -o reports/hybrid-models --force
+	$(KVSIM) report traces/mooncake_conversation_excerpt.jsonl --model llama-3.1-8b --gpu h100-80gb --set prefix_caching=true --replicas 4,16 --routers round-robin,prefix-aware --pd 1:3,2:2,3:1 --fleet-only -o reports/fleet-mooncake --force
 	$(KVSIM) paper --duration 600 --force
 
 # release checks: allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs, the

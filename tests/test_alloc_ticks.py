@@ -1,12 +1,21 @@
 """PagedAllocator's lazy decode ticks (`tick_join`, `tick`, `tick_window`, `tick_steps`), checked by hand
 on pools of a few blocks: which tick takes which block, the memory breakdown after each tick, a tick
-that runs out of blocks and resumes, stale sequences skipped, and the refusals."""
+that runs out of blocks and resumes, stale sequences skipped, and the refusals; each with the snapshots of
+`tick_steps` made as named tuples and as one table (kvsim/alloc/paged_tick_steps.py)."""
 
 import copy
 
 import pytest
 
 from kvsim.alloc import AllocationError, PagedAllocator
+from kvsim.alloc import paged_tick_steps
+
+
+@pytest.fixture(autouse=True, params=["tuples", "table"])
+def snapshots_as(request, monkeypatch):
+    """Every test twice: `tick_steps` giving its snapshots as named tuples, then as one table."""
+    monkeypatch.setattr(paged_tick_steps, "TABLE_MIN_STEPS", 10**9 if request.param == "tuples" else 0)
+    return request.param
 
 
 def _two_ticking() -> PagedAllocator:
@@ -352,3 +361,14 @@ def test_the_fast_forward_and_appends_stop_a_sequence_ticking_since_clock_0():
     assert b.tick() and b.tick()             # 5 tokens in [0, 1]
     assert b.decode_window([1], 100) == 4    # its final 9 - 5: the ticks counted
     b.check_invariants()
+
+
+def test_a_snapshot_table_reads_as_a_list_of_snapshots():
+    import numpy as np
+
+    from kvsim.alloc.base import MemoryStats, MemoryTable
+
+    rows = [MemoryStats(20, 9, 3, 0, 0, 8, 3, 2, 3), MemoryStats(20, 11, 5, 0, 0, 4, 4, 1, 4)]
+    table = MemoryTable(np.array(rows, np.int64))
+    assert len(table) == 2 and table[1] == rows[1] and table[-1].unshared_blocks == 4
+    assert table == rows and table[1:] == rows[1:] and list(table) == rows and table != rows[:1]

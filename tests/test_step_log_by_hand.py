@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kvsim.engine import metrics
-from kvsim.alloc.base import MemoryStats
+from kvsim.alloc.base import MemoryStats, MemoryTable
 from kvsim.engine.metrics import STEP_COLUMNS, StepLog, summarize
 from kvsim.engine.request_state import FINISHED, REJECTED
 from kvsim.engine.step import StepPlan
@@ -44,15 +44,23 @@ def plans():
     ]
 
 
-@pytest.fixture
-def log(monkeypatch):
-    """The plans above logged with chunks of 3 rows; `log.chunks` holds what the sink received."""
+def as_table(plan: StepPlan) -> StepPlan:
+    """`plan` with a window's snapshots given as one table (what lazy decode ticks return)."""
+    if plan.num_steps > 1:
+        plan.memory = MemoryTable(np.array(plan.memory, np.int64))
+    return plan
+
+
+@pytest.fixture(params=["tuples", "tables"])
+def log(monkeypatch, request):
+    """The plans above logged with chunks of 3 rows (the windows' snapshots as named tuples, or as one
+    table each); `log.chunks` holds what the sink received."""
     monkeypatch.setattr(metrics, "CHUNK", 3)
     chunks = []
     steps = StepLog(sink=lambda chunk: chunks.append({k: v.tolist() for k, v in chunk.items()}))
     steps.chunks = chunks
     for plan in plans():
-        steps.record(plan)
+        steps.record(as_table(plan) if request.param == "tables" else plan)
     return steps
 
 
@@ -176,7 +184,7 @@ def test_a_chunk_is_handed_on_as_soon_as_it_is_full(monkeypatch):
     steps = StepLog(keep=False, sink=lambda chunk: sizes.append(len(chunk["step"])))
     after = []
     for plan in plans():
-        steps.record(plan)
+        steps.record(as_table(plan))          # (a window's rows split over chunks either way)
         after.append(list(sizes))
     steps.close()
     assert after == [[], [3], [3, 3], [3, 3]] and sizes == [3, 3, 1]

@@ -44,6 +44,42 @@ class MemoryStats(NamedTuple):
     cached_blocks: int = 0
 
 
+class MemoryTable:
+    """The snapshots of consecutive steps as one table: `array` (numpy int64, one row per step, columns
+    `MemoryStats._fields`), what a window of lazy decode ticks returns (`PagedTickSteps.tick_steps`) instead
+    of a named tuple per step; the engine's step log folds it whole. Reads as a sequence of `MemoryStats`."""
+
+    __slots__ = ("array",)
+    fields = MemoryStats._fields
+
+    def __init__(self, array):
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, j):
+        """Step j's `MemoryStats`; a slice gives a `MemoryTable` of those steps."""
+        if isinstance(j, slice):
+            return MemoryTable(self.array[j])
+        return MemoryStats._make(self.array[j].tolist())
+
+    def __iter__(self):
+        return map(MemoryStats._make, self.array.tolist())
+
+    def __eq__(self, other) -> bool:
+        """Equal to any sequence of the same snapshots (a list of `MemoryStats` included)."""
+        try:
+            return list(self) == list(other)
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"MemoryTable({list(self)!r})"
+
+
 #: Per-group parts an allocator with KV cache groups can add to its snapshot (`with_groups`), as fields
 #: `group<j>_<part>`: blocks held and token slots written / reserved / internally fragmented.
 GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")

@@ -33,6 +33,7 @@ from .base import AllocationError
 from .cpu_tier import CpuTier
 from .paged_append import PagedAppends
 from .paged_stats import PagedStats
+from .paged_tick_steps import PagedTickSteps
 from .paged_window import PagedTicks, PagedWindows
 from .prefix import PrefixCache
 
@@ -56,7 +57,7 @@ class _Seq:
     due: int = -1
 
 
-class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks):
+class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTickSteps):
     """Blocks of `block_size` slots taken from a free list exactly when a sequence's length crosses a
     block boundary; `fork` shares blocks, appending into a shared partly filled block copies it.
     Growth (`append`, `append_each`) is in `paged_append.py`, queries, memory accounting and checks

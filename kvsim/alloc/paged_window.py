@@ -71,7 +71,7 @@ class PagedWindows:
 
 
 class PagedTicks:
-    """Lazy decode growth (`tick_join`, `tick`, `tick_window`, `tick_steps`) of `PagedAllocator`.
+    """Lazy decode growth (`tick_join`, `tick`, `tick_window`; `tick_steps` in paged_tick_steps.py) of `PagedAllocator`.
 
     A ticking sequence grows by one slot at every `tick()` without being touched: its `tokens` are
     as of clock `at`, so it holds `tokens + (_clock - at)` slots. Each one is filed in `_due` under
@@ -196,59 +196,3 @@ class PagedTicks:
                     if rank < 0:
                         return min(max_steps, room + rounds * bs)
         raise AllocationError("a ticking sequence is missing from its tick")
-
-    def tick_steps(self, steps: int) -> list[MemoryStats]:
-        """`steps` ticks within what `tick_window` allowed; `stats()` after each."""
-        if self._shared_partial or self._pending is not None:
-            snapshots = []
-            for _ in range(steps):
-                if not self.tick():
-                    raise AllocationError("tick_steps ran out of free blocks")
-                snapshots.append(self.stats())
-            return snapshots
-        # `tick` and `stats` inlined: nothing partly filled shared, every block taken fits
-        bs, due, nb, cap, ticking = self.block_size, self._due, self.num_blocks, self.capacity_tokens, self._ticking
-        cache = self._cache
-        evictable = cache.num_evictable if cache is not None else 0
-        top, free_list, ref, excess = self._top, self._free, self._ref, self._excess
-        sum_tokens, sum_reach, sum_blocks = self._sum_tokens, self._sum_reach, self._sum_blocks
-        snapshots, start, make = [], self._clock, tuple.__new__     # (a named tuple made directly)
-        for clock in range(start, start + steps):
-            crossing = due.pop(clock, None)
-            if crossing:
-                nxt = due.setdefault(clock + bs, [])
-                for seq in crossing:
-                    if seq.due != clock:
-                        continue                    # stale
-                    table = seq.table
-                    held = len(table) * bs
-                    seq.due = clock + bs
-                    if top < nb:                    # `_take`
-                        table.append(top)
-                        top += 1
-                        ref.append(1)
-                    elif free_list:
-                        block = free_list.popleft()
-                        ref[block] = 1
-                        table.append(block)
-                    elif evictable:                 # the least recently freed cached block
-                        block = cache.evict_lru()
-                        evictable -= 1
-                        ref[block] = 1
-                        table.append(block)
-                    else:
-                        raise AllocationError("tick_steps ran out of free blocks")
-                    final = seq.final
-                    if final > held:
-                        sum_reach += (final if final < held + bs else held + bs) - held
-                    sum_blocks += 1
-                    nxt.append(seq)
-            sum_tokens += ticking
-            num_free = nb - top + len(free_list) + evictable
-            used = nb - num_free
-            tokens, reach = sum_tokens - excess, sum_reach - excess
-            snapshots.append(make(MemoryStats, (cap, tokens, reach - tokens, used * bs - reach, 0,
-                                                num_free * bs, used, num_free, sum_blocks, evictable)))  # (as `stats()`)
-        self._top, self._clock = top, start + steps
-        self._sum_tokens, self._sum_reach, self._sum_blocks = sum_tokens, sum_reach, sum_blocks
-        return snapshots

@@ -18,7 +18,7 @@ import typer
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.beams import BEAM_DEATH_RATE
 from kvsim.cli.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
-                             fleet_config, print_fleet, run_one)
+                             fleet_config, print_fleet, run_one, steps_files)
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
@@ -164,16 +164,17 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         replicas: int = ReplicasOpt, router: str = RouterOpt, bal_abs: int = BalanceAbsOpt, bal_rel: float = BalanceRelOpt,
         cache_thr: float = CacheThresholdOpt, cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
-    from kvsim.cli.output import (Progress, StepsCsv, error, print_startup, print_summary, warn_swap_fallbacks,
+    from kvsim.cli.output import (Progress, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
     from kvsim.planning.ledger import json_summary
     from kvsim.cli.trace import load_trace_checked
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.trace.formats import load_trace
 
-    steps_csv = StepsCsv(out / "steps.csv") if out is not None else None
+    steps_csv = None
     try:
-        fleet = fleet_config(replicas, router, bal_abs, bal_rel, cache_thr, out)
+        fleet = fleet_config(replicas, router, bal_abs, bal_rel, cache_thr)
+        steps_csv = steps_files(out, fleet)      # steps.csv, or each replica's (kvsim.cli.fleet)
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -212,7 +213,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     warn_swap_fallbacks(result.summary, cfg.cache.swap_gib)
     result.summary.update(json_summary({}, cfg, vllm_extras()[1]))   # the memory ledger, in both files
     if out is not None:
-        write_outputs(out, result, cfg, steps_csv)
+        write_outputs(out, result, cfg, steps_csv, fleet)
     if json_out is not None:
         write_text_atomic(json_out, json.dumps(result.summary, indent=2), "--json")
     if not quiet:

@@ -50,7 +50,7 @@ def run_disaggregated(cfg, trace_path: Path, load, max_requests: Optional[int], 
         error(str(exc))
     summary = disagg_summary(sim, ttft_slo, tpot_slo)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(summary, indent=2))
+        write_text_atomic(json_out, json.dumps(summary, indent=2), "--json")
     if out is not None:
         _write_folder(out, sim, dcfg, summary)
     if not quiet:
@@ -59,18 +59,14 @@ def run_disaggregated(cfg, trace_path: Path, load, max_requests: Optional[int], 
 
 def _write_folder(out: Path, sim, dcfg, summary: dict) -> None:
     """requests.csv (one row per request, `DisaggSim.request_columns`), config.json (both sides), then
-    summary.json, each whole; the folder says INCOMPLETE until all are written."""
+    summary.json, each whole (`kvsim.cli.run_files.write_disagg_outputs`)."""
     import pandas as pd
 
-    from kvsim.files import atomic_write, result_folder
+    from kvsim.cli.run_files import write_disagg_outputs
 
     config = {"prefill": dcfg.prefill.to_dict(), "decode": dcfg.decode.to_dict(), "kv_link": dcfg.link.name,
               "prefill_replicas": dcfg.prefill_replicas, "decode_replicas": dcfg.decode_replicas}
-    with result_folder(out) as folder:
-        with atomic_write(folder / "requests.csv", newline="") as f:
-            pd.DataFrame(sim.request_columns()).to_csv(f, index=False)
-        write_text_atomic(folder / "config.json", json.dumps(config, indent=2, default=str))
-        write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2))
+    write_disagg_outputs(out, pd.DataFrame(sim.request_columns()), config, summary)
 
 
 def _ms(stats: dict) -> str:

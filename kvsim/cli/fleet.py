@@ -23,23 +23,30 @@ CpuKvOpt = typer.Option(0.0, "--cpu-kv-gib", help="CPU memory per replica keepin
                         "needs --prefix-caching).")
 
 
-def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold, out=None):
-    """The `FleetConfig` of the flags (ValueError naming the flag when one is wrong; `out`: `--out`,
-    which a fleet run does not write)."""
+def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold):
+    """The `FleetConfig` of the flags (ValueError naming the flag when one is wrong)."""
     from kvsim.fleet.config import FleetConfig
-    if out is not None and replicas > 1:
-        raise ValueError("--out: a fleet run (--replicas > 1) writes its summary with --json only")
     return FleetConfig(replicas, router, balance_abs, balance_rel, cache_threshold)
+
+
+def steps_files(out, fleet):
+    """Where `kvsim run --out` streams the steps: `steps.csv` (`StepsCsv`) for one engine, each
+    replica's `replicas/<r>/steps.csv` (`ReplicaSteps`) for a fleet; None without --out."""
+    from kvsim.cli.run_files import ReplicaSteps, StepsCsv
+    if out is None:
+        return None
+    return StepsCsv(out / "steps.csv") if fleet.replicas == 1 else ReplicaSteps(out, fleet.replicas)
 
 
 def run_one(trace, cfg, fleet, progress, steps_csv):
     """`kvsim run`'s simulation: one engine (`kvsim.engine.sim.simulate`, its steps streamed to
-    `steps_csv`), or for more than one replica the fleet (`kvsim.fleet.sim.simulate_fleet`)."""
+    `steps_csv`), or for more than one replica the fleet (`kvsim.fleet.sim.simulate_fleet`, each
+    replica's steps to `steps_csv.sinks`)."""
     if fleet.replicas == 1:
         from kvsim.engine.sim import simulate
         return simulate(trace, cfg, progress, keep_steps=False, step_sink=steps_csv)
     from kvsim.fleet.sim import simulate_fleet
-    return simulate_fleet(trace, cfg, fleet, progress)
+    return simulate_fleet(trace, cfg, fleet, progress, step_sinks=steps_csv.sinks if steps_csv else None)
 
 
 def print_fleet(summary: dict) -> None:

@@ -13,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from kvsim.cli import bounds
+from kvsim.cli import report_fleet as rf
 from kvsim.cli.plan import PresetOpt, SetOpt, TraceArg, _literal, _pairs, _user_errors, _write_json
 
 ModelOpt = typer.Option("opt-13b", "--model", help="Model preset (e.g. opt-13b, llama-3-8b).")
@@ -249,17 +250,23 @@ def report_cmd(
     block_sizes: str = typer.Option("1,4,16,64,256", "--block-sizes", help="Block sizes of the tuner "
                                     "section, tokens ('' to leave it out)."),
     title: str = typer.Option("", "--title", help="Report title."), workers: Optional[int] = WorkersOpt,
-    force: bool = ForceOpt,
+    force: bool = ForceOpt, replicas: Optional[str] = rf.FleetReplicasOpt, routers: str = rf.RoutersOpt,
+    pd: Optional[str] = rf.PdOpt, kv_link: str = rf.KvLinkOpt, ttft_slo: float = rf.TtftSloOpt,
+    tpot_slo: float = rf.TpotSloOpt, fleet_only: bool = rf.FleetOnlyOpt,
 ) -> None:
     """A capacity-planning report (Markdown + self-contained HTML with figures): the memory breakdown per
     allocator, batch size and KV usage over time, latency against rate, waste and throughput against
-    block size, and preemptions; from a trace and deployment, or from a sweep table."""
+    block size, and preemptions; from a trace and deployment, or from a sweep table. With --replicas, a
+    fleet section: the routers compared at each fleet size (and with --pd, colocated against P:D splits)."""
     with _user_errors():
         _out_folder(out, force, "-o")
         bounds.workers(workers)
+        fleet = rf.fleet_request(replicas, routers, pd, kv_link, ttft_slo, tpot_slo, fleet_only)
         if sweep is not None:
             if trace is not None or preset is not None:
                 raise ValueError("give --sweep or a TRACE/--preset, not both")
+            if fleet is not None:
+                raise ValueError("--replicas: a sweep report has no fleet section (sweep `replicas` and `router`)")
             from kvsim.planning.report_build import sweep_report
             rep = sweep_report(_sweep_table(sweep), title or f"Sweep report: {sweep}")
         else:
@@ -267,9 +274,18 @@ def report_cmd(
             rate_list = _floats(rates, "--rates") if rates is not None else None
             sizes = _ints(block_sizes, "--block-sizes")
             tr = _workload(trace, preset, rate, duration, num_requests, seed)
-            rep = trace_report(tr, title, rates=rate_list, block_sizes=sizes,
-                               workers=workers or os.cpu_count(),
-                               **_flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags))
+            flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
+            if fleet_only:
+                from kvsim.planning.fleet_report import fleet_report
+                rep = fleet_report(tr, title, flags, **fleet)
+            else:
+                from kvsim.fleet.config import FLEET_FLAGS
+                engine = {k: v for k, v in flags.items() if fleet is None or k not in FLEET_FLAGS}
+                rep = trace_report(tr, title, rates=rate_list, block_sizes=sizes, workers=workers or os.cpu_count(),
+                                   **engine)
+                if fleet is not None:
+                    from kvsim.planning.fleet_report import fleet_section
+                    fleet_section(rep, tr, flags, **fleet)
         _write_report(rep, out, force, "-o")
     typer.echo(f"wrote {out}/report.md and {out}/report.html")
 

@@ -1,5 +1,13 @@
 """The files of `kvsim run --out`: `steps.csv` streamed as the run goes (`StepsCsv`), then
-`requests.csv`, `config.json` and last `summary.json`, each written whole (`write_outputs`)."""
+`requests.csv`, `config.json` and last `summary.json`, each written whole (`write_outputs`).
+
+A fleet (`--replicas N`, N > 1) writes, through the same policy, each replica's steps and summary in
+`replicas/<r>/` (`ReplicaSteps` streams the steps), every request with its replica in `requests.csv`,
+the router's decision per request in `routing.csv`, the engine's configuration with the fleet's in
+`config.json`, and the fleet's summary (each replica's inside) last (`write_fleet_outputs`). A
+disaggregated run writes `requests.csv`, `config.json` and `summary.json` (`write_disagg_outputs`).
+Files another kind of run left in the folder (a plain run's `steps.csv`, a fleet's `routing.csv` and
+`replicas/`) are removed, so the folder holds one result."""
 
 from __future__ import annotations
 
@@ -65,12 +73,32 @@ class StepsCsv:
             self.tmp.unlink(missing_ok=True)
 
 
-def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | None = None) -> None:
+class ReplicaSteps:
+    """A fleet's `replicas/<r>/steps.csv`, one `StepsCsv` per replica (`sinks`: what
+    `simulate_fleet(step_sinks=...)` takes)."""
+
+    def __init__(self, out: Path, replicas: int):
+        self.sinks = [StepsCsv(out / "replicas" / str(r) / "steps.csv") for r in range(replicas)]
+
+    def commit(self) -> None:
+        for sink in self.sinks:
+            sink.commit()
+
+    def discard(self) -> None:
+        for sink in self.sinks:
+            sink.discard()
+
+
+def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | ReplicaSteps | None = None, fleet=None) -> None:
     """`steps.csv`, `requests.csv`, `config.json` and last `summary.json` into folder `out`, each file
     whole; the folder says INCOMPLETE until all are written (kvsim.files.result_folder). `steps_csv`:
-    the steps were streamed there during the run (its temporary file goes if writing fails)."""
+    the steps were streamed there during the run (its temporary file goes if writing fails). A fleet's
+    result (`fleet`: its `FleetConfig`, more than one replica) goes to `write_fleet_outputs`."""
+    if fleet is not None and fleet.replicas > 1:
+        return write_fleet_outputs(out, result, cfg, fleet, steps_csv)
     try:
         with result_folder(out) as folder:
+            _drop_stale(folder, steps=False)
             if steps_csv is not None:
                 steps_csv.commit()
             else:
@@ -84,3 +112,63 @@ def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | None = None) -> 
         if steps_csv is not None:
             steps_csv.discard()
         raise
+
+
+def write_fleet_outputs(out: Path, result, cfg, fleet, steps: ReplicaSteps | None = None) -> None:
+    """A fleet's folder (module docstring), each file whole, `summary.json` last; `steps`: the
+    replicas' steps streamed during the run (their temporary files go if writing fails)."""
+    import pandas as pd
+    from dataclasses import asdict
+
+    try:
+        with result_folder(out) as folder:
+            _drop_stale(folder, steps=True, replicas=fleet.replicas)
+            if steps is not None:
+                steps.commit()
+            for r, summary in enumerate(result.summary["fleet"]["per_replica"]):
+                (folder / "replicas" / str(r)).mkdir(parents=True, exist_ok=True)
+                write_text_atomic(folder / "replicas" / str(r) / "summary.json", json.dumps(summary, indent=2), "--out")
+            with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
+                result.requests.to_csv(f, index=False)
+            with atomic_write(folder / "routing.csv", newline="", flag="--out") as f:
+                pd.DataFrame(result.routing).to_csv(f, index=False)
+            config = {**cfg.to_dict(), "fleet": asdict(fleet)}
+            write_text_atomic(folder / "config.json", json.dumps(config, indent=2, default=str), "--out")
+            write_text_atomic(folder / "summary.json", json.dumps(result.summary, indent=2), "--out")
+    except BaseException:
+        if steps is not None:
+            steps.discard()
+        raise
+
+
+def write_disagg_outputs(out: Path, requests, config: dict, summary: dict) -> None:
+    """A disaggregated run's folder: `requests.csv` (a pandas table), `config.json` (both sides) and
+    `summary.json` last, each whole."""
+    with result_folder(out) as folder:
+        _drop_stale(folder, steps=True)
+        with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
+            requests.to_csv(f, index=False)
+        write_text_atomic(folder / "config.json", json.dumps(config, indent=2, default=str), "--out")
+        write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2), "--out")
+
+
+def _drop_stale(folder: Path, steps: bool, replicas: int = 0) -> None:
+    """Remove what another kind of run wrote in `folder`: `steps.csv` (`steps`: this run writes none
+    at the top), a fleet's `routing.csv` (unless `replicas`) and `replicas/<r>/` of replicas >= `replicas`
+    (only kvsim's file names; a folder left empty goes too)."""
+    import contextlib
+
+    stale = [folder / "steps.csv"] if steps else []
+    if not replicas:
+        stale.append(folder / "routing.csv")
+    base = folder / "replicas"
+    old = [p for p in base.iterdir() if p.name.isdigit() and int(p.name) >= replicas] if base.is_dir() else []
+    for path in [*stale, *(p / name for p in old for name in ("steps.csv", "summary.json"))]:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            from kvsim.files import write_error
+            raise write_error(exc, path, "--out") from None
+    for path in [*old, base]:
+        with contextlib.suppress(OSError):
+            path.rmdir()                 # (only when empty)

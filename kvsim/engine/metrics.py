@@ -1,7 +1,8 @@
 """Per-step and per-request records, and the run summary (keys of DESIGN.md's `--json`).
 
 Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
-snapshot is weighted by the step's duration. The step log buffers one tuple per step and folds them,
+snapshot is weighted by the step's duration. The step log buffers one tuple per step (a window whose
+snapshots come as one table, `kvsim.alloc.base.MemoryTable`, as one float64 table) and folds them,
 `CHUNK` rows at a time, into numpy columns and running aggregates (all the summary needs), so a run's
 memory does not grow with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the
 steps table) or handed to a sink.
@@ -46,6 +47,8 @@ class StepLog:
     def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.keep, self.sink = keep, sink
         self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
+        self._parts: list[np.ndarray] = []   # earlier rows not yet folded, as float64 tables (in order)
+        self._buffered = 0                # rows in `_parts` and `_rows`
         self._kept: list[dict[str, np.ndarray]] = []
         self._memory_fields: tuple[str, ...] = ()   # the snapshots' field names
         self._hold = HOLD if keep and sink is None else CHUNK   # rows buffered before folding
@@ -61,36 +64,70 @@ class StepLog:
 
     def record(self, plan) -> None:
         """Log the steps of `plan` (a `kvsim.engine.step.StepPlan`: one row per entry of `plan.starts`)."""
-        rows, limit, waiting = self._rows, plan.limited_by, plan.waiting
+        rows, limit, waiting, memory = self._rows, plan.limited_by, plan.waiting, plan.memory
         if not self._memory_fields:
-            self._memory_fields = plan.memory[0]._fields
-        if len(plan.starts) == 1:
+            self._memory_fields = getattr(memory, "fields", None) or memory[0]._fields
+        k = len(plan.starts)
+        if k == 1:
             w = waiting[0]
             rows.append((plan.starts[0], plan.durations[0], plan.batch_requests, w, plan.prefill_tokens,
                          plan.decode_seqs, limit if w else 0,
-                         plan.compute_bound[0] if plan.compute_bound else False) + plan.memory[0])
+                         plan.compute_bound[0] if plan.compute_bound else False) + memory[0])
+        elif hasattr(memory, "array"):          # a window's snapshots as one table (`MemoryTable`)
+            self._record_table(plan, memory.array)
         else:
-            k = len(plan.starts)
             limits = [limit if w else 0 for w in waiting] if limit else repeat(0, k)
             rows.extend(map(tuple.__add__, zip(
                 plan.starts, plan.durations, repeat(plan.batch_requests, k), waiting,
                 repeat(plan.prefill_tokens, k), repeat(plan.decode_seqs, k), limits,
-                plan.compute_bound if plan.compute_bound else repeat(False, k)), plan.memory))
-        if len(rows) >= self._hold:
-            while len(rows) >= CHUNK:
+                plan.compute_bound if plan.compute_bound else repeat(False, k)), memory))
+        self._buffered += k
+        if self._buffered >= self._hold:
+            while self._buffered >= CHUNK:
                 self._fold(CHUNK)
+
+    def _record_table(self, plan, memory: np.ndarray) -> None:
+        """The rows of a window whose snapshots are one int64 table, as one float64 table (the values
+        the tuples would hold: every value is exact in float64)."""
+        if self._rows:
+            self._parts.append(np.array(self._rows, np.float64))
+            self._rows = []
+        k, limit = len(plan.starts), plan.limited_by
+        table = np.empty((k, len(_ROW) + memory.shape[1]), np.float64)
+        table[:, len(_ROW):] = memory
+        table[:, 0], table[:, 1], table[:, 2] = plan.starts, plan.durations, plan.batch_requests
+        waiting = np.array(plan.waiting, np.float64)
+        table[:, 3], table[:, 4], table[:, 5] = waiting, plan.prefill_tokens, plan.decode_seqs
+        table[:, 6] = (waiting != 0) * limit if limit else 0
+        table[:, 7] = plan.compute_bound if plan.compute_bound else False
+        self._parts.append(table)
+
+    def _take(self, rows: int) -> np.ndarray:
+        """The first `rows` buffered rows as one float64 table, dropped from the buffer."""
+        if self._rows:
+            self._parts.append(np.array(self._rows, np.float64))
+            self._rows = []
+        parts, have, n = self._parts, 0, 0
+        while have < rows:
+            have += len(parts[n])
+            n += 1
+        table = parts[0] if n == 1 else np.concatenate(parts[:n])
+        del parts[:n]
+        if have > rows:
+            parts.insert(0, table[rows:])
+            table = table[:rows]
+        self._buffered -= rows
+        return table
 
     def _fold(self, rows: int | None = None) -> None:
         """Fold the first `rows` buffered rows (all by default) into the aggregates, keep them or hand
         them on, and drop them from the buffer. Chunks are always `CHUNK` rows (the last one fewer),
         so the sums are the same however the rows were recorded (one step or a window at a time)."""
-        buffered = self._rows
-        rows = len(buffered) if rows is None else rows
+        rows = self._buffered if rows is None else rows
         if not rows:
             return
+        table = self._take(rows)          # (every value is exact in float64)
         chunk = {"step": np.arange(self.num_steps, self.num_steps + rows, dtype=np.int64)}
-        table = np.array(buffered[:rows], np.float64)     # (every value is exact in float64)
-        del buffered[:rows]
         for name in STEP_COLUMNS[1:]:
             at = _ROW.index(name) if name in _ROW else len(_ROW) + self._memory_fields.index(name)
             column = table[:, at]
@@ -119,7 +156,7 @@ class StepLog:
 
     def close(self) -> None:
         """Fold the last rows (call once the run has ended)."""
-        while len(self._rows) > CHUNK:
+        while self._buffered > CHUNK:
             self._fold(CHUNK)
         self._fold()
 

@@ -93,6 +93,9 @@ class Router:
         self.cfg, self.replicas, self.block_ids = cfg, replicas, block_ids
         self.routed = [0] * len(replicas)
         self.decisions: Counter[str] = Counter()
+        # per request, in routing order (`routing_columns`): trace index, replica, and for prefix-aware
+        # the rule that decided, the prompt's shareable blocks and how many the chosen replica held
+        self._trail: list[tuple] = []
         self._next = 0
         self._scheds = [rep.sched for rep in replicas]
         self.index = PrefixIndex(len(replicas), capacity_blocks) if cfg.router == "prefix-aware" else None
@@ -103,7 +106,20 @@ class Router:
         """The replica request `i` goes to (counted)."""
         r = self.choose(i)
         self.routed[r] += 1
+        if self.index is None:
+            s = self._scheds[r]
+            self._trail.append((i, r, len(s.waiting) + len(s.running) + len(s.swapped)))
         return r
+
+    def routing_columns(self) -> dict[str, list]:
+        """One entry per request routed so far, in routing order: `request` (trace index), `replica`,
+        `outstanding` (requests the replica held before this one) and, prefix-aware, `rule` (prefix,
+        balance or least-loaded), `prompt_blocks` (shareable blocks of the prompt) and `cached_blocks`
+        (how many leading ones the router believed the chosen replica held)."""
+        names = ("request", "replica", "outstanding") + (("rule", "prompt_blocks", "cached_blocks")
+                                                         if self.index is not None else ())
+        return {name: list(col) for name, col in zip(names, zip(*self._trail))} if self._trail else \
+            {name: [] for name in names}
 
     def _round_robin(self, i: int) -> int:
         r = self._next
@@ -127,15 +143,16 @@ class Router:
         loads = self.loads()
         lo, hi = min(loads), max(loads)
         keys = prefix_keys(self.block_ids(i))
+        matched = self.index.matched(keys)
         if hi - lo > cfg.balance_abs and hi > cfg.balance_rel * lo:
             r, why = loads.index(lo), "balance"
         else:
-            matched = self.index.matched(keys)
             best = min(matched, key=lambda r: (-matched[r], loads[r], r)) if matched else None
             if best is not None and matched[best] >= cfg.cache_threshold * len(keys):
                 r, why = best, "prefix"
             else:
                 r, why = loads.index(lo), "least-loaded"
         self.decisions[why] += 1
+        self._trail.append((i, r, loads[r], why, len(keys), matched.get(r, 0)))
         self.index.record(r, keys)
         return r

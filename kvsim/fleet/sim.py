@@ -28,10 +28,11 @@ from kvsim.trace.table import Trace
 class FleetResult:
     """`summary`: the fleet's (DESIGN.md keys) with a `fleet` section (replicas, router, requests
     routed to each, the router's decisions, imbalance, each replica's own summary); `request_columns`:
-    per-request numpy columns over the whole trace, `replica` included."""
+    per-request numpy columns over the whole trace, `replica` included; `routing`: one row per request
+    in routing order (`Router.routing_columns`, with the request's `id` and `arrival_s`)."""
 
-    def __init__(self, summary: dict, request_columns: dict[str, np.ndarray]):
-        self.summary, self.request_columns = summary, request_columns
+    def __init__(self, summary: dict, request_columns: dict[str, np.ndarray], routing: dict | None = None):
+        self.summary, self.request_columns, self.routing = summary, request_columns, routing or {}
 
     @property
     def requests(self):
@@ -45,9 +46,10 @@ class FleetResult:
 
 
 def simulate_fleet(trace: Trace, cfg: SimConfig, fleet: FleetConfig, progress: Callable[[float], None] | None = None,
-                   cost=None, fast_forward: bool = True) -> FleetResult:
+                   cost=None, fast_forward: bool = True, step_sinks=None) -> FleetResult:
     """Run `trace` through `fleet.replicas` copies of the configured deployment behind `fleet.router`;
-    deterministic. `cost` replaces every replica's cost model (tests pass a `ConstantCost`).
+    deterministic. `cost` replaces every replica's cost model (tests pass a `ConstantCost`);
+    `step_sinks[r]` receives replica r's step rows as they are folded (`StepLog`'s sink, e.g. a CSV writer).
 
     >>> import kvsim
     >>> tr = kvsim.generate_trace("alpaca", rate_rps=8, num_requests=40, seed=0)
@@ -62,11 +64,12 @@ def simulate_fleet(trace: Trace, cfg: SimConfig, fleet: FleetConfig, progress: C
     router_box: list[Router] = []
     env.process(_arrivals(env, times, router_box, replicas, progress))   # (before the engines, as in loop.py)
     parts = None
-    for _ in range(fleet.replicas):
+    for r in range(fleet.replicas):
         parts = build_run(trace, cfg)
         profile = parts.profile
         cpu = profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None
-        replicas.append(Replica(env, parts.scheduler, cost or parts.cost, StepLog(keep=False), cpu, fast_forward))
+        log = StepLog(keep=False, sink=step_sinks[r] if step_sinks is not None else None)
+        replicas.append(Replica(env, parts.scheduler, cost or parts.cost, log, cpu, fast_forward))
     block_ids = parts.scheduler.block_ids or (lambda i: [])
     router_box.append(Router(fleet, replicas, block_ids, parts.capacity_tokens // parts.block_size))
     start = time.perf_counter()
@@ -93,7 +96,10 @@ def simulate_fleet(trace: Trace, cfg: SimConfig, fleet: FleetConfig, progress: C
                         "capacity_tokens": capacity * fleet.replicas,
                         "routed": list(router.routed), "decisions": dict(sorted(router.decisions.items())),
                         "imbalance": imbalance(per_replica), "per_replica": per_replica}
-    return FleetResult(summary, columns)
+    routing = router.routing_columns()
+    order = np.asarray(routing["request"], np.int64)
+    routing = {"id": base["id"][order], "arrival_s": base["arrival_s"][order], **routing}
+    return FleetResult(summary, columns, routing)
 
 
 def _arrivals(env: simpy.Environment, times: list[float], router_box: list[Router], replicas: list[Replica],

@@ -47,6 +47,11 @@ METRICS: dict[str, Metric] = {
     "tp": Metric("tensor-parallel GPUs"), "allocator": Metric("allocator"), "reserve": Metric("reservation"),
     "preemption": Metric("preemption"), "system": Metric("system"), "model": Metric("model"),
     "gpu": Metric("GPU"), "preset": Metric("workload"), "engine_profile": Metric("engine profile"),
+    # fleets (kvsim/fleet/): the summary's `fleet.imbalance`, DistServe's SLO attainment
+    "replicas": Metric("replicas"), "router": Metric("router"), "gpus": Metric("GPUs"),
+    "requests_max_over_mean": Metric("requests, busiest replica / mean"),
+    "kv_used_max_over_mean": Metric("KV used, busiest replica / mean"),
+    "slo_attainment": Metric("SLO attainment", "% of requests", True),
 }
 _QUANTILE = re.compile(r"^(ttft|tpot|e2e)_s_(p\d+|mean)$")
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end latency"}
