@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 
 from kvsim.alloc.base import MemoryStats
+from kvsim.engine.capped_reads import CappedReads, exact_reads
 from kvsim.engine.request_state import FINISHED
 
 
@@ -43,6 +44,8 @@ class LazyDecodes:
         self._context = 0                     # KV slots of the members, now
         self._joins = 0                       # join counter: the members' batch order
         self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
+        self._capped_groups: tuple = ()       # capped layers the cost model prices per sequence
+        self._reads: CappedReads | None = None   # the members' reads in them (lazy only)
 
     # -- membership ------------------------------------------------------------------------------
     def _join(self, requests: list[int]) -> None:
@@ -56,6 +59,8 @@ class LazyDecodes:
                 self._context += kv_len[i]
                 heapq.heappush(ends, (clock + output[i] - generated[i], key, i))
                 tick_join(i)
+                if self._reads is not None:
+                    self._reads.join(i, key, kv_len[i])
                 key += 1
         self._joins = key
 
@@ -63,6 +68,33 @@ class LazyDecodes:
         """Keep every request's `kv_len` current at each step (no lazy members), for a cost model that
         prices each sequence's own context (`step_contexts`). Call before the first step."""
         self._lazy = False
+
+    def track_capped_reads(self, groups) -> None:
+        """Price `groups` (capped layers: `kind`, `size`, `read(context)`) per sequence: `step_reads` gives
+        each step's reads in them, kept for the lazy members without visiting them
+        (kvsim/engine/capped_reads.py). Call before the first step."""
+        self._capped_groups = tuple(groups)
+        if self._lazy and self._capped_groups:
+            self._reads = CappedReads(self._capped_groups, self._kv_clock)
+
+    def step_reads(self, plan) -> tuple[list[tuple[int, int]], list[int]]:
+        """`plan`'s prefill chunks as `step_contexts` gives them, and its decodes' reads per tracked
+        capped group (the sum over sequences of what one decode reads in one layer)."""
+        reads = self._reads
+        if reads is None:
+            prefills, decodes = self.step_contexts(plan)
+            return prefills, exact_reads(self._capped_groups, decodes)
+        kv_len, left = self.kv_len, self.prefill_left
+        prefills = [(q, max(kv_len[i] - left[i], q)) for i, q in plan.prefills]
+        total = reads.reads()
+        for i in plan.swapped_in:          # (the only decodes that are not members: they join after)
+            if i in plan.decodes:
+                total = [r + x for r, x in zip(total, exact_reads(self._capped_groups, [(kv_len[i], self.n[i])]))]
+        return prefills, total
+
+    def window_contexts(self):
+        self._sync_all()
+        return super().window_contexts()
 
     def _sync(self, i: int) -> None:
         """Bring member `i`'s `kv_len` and `generated` up to `_gen_clock` (exact between steps;
@@ -81,6 +113,8 @@ class LazyDecodes:
             self.kv_len[i] += self._kv_clock - self._gen_clock
             del self._since[i], self._keys[i]
             self._context -= self.kv_len[i]
+            if self._reads is not None:
+                self._reads.leave(i)
 
     def _sync_all(self) -> None:
         for i in list(self._since):
@@ -95,6 +129,7 @@ class LazyDecodes:
         self._ends.clear()
         self._context = 0
         self._lazy = False
+        self._reads = None
 
     # -- what the base class reads, brought up to date ---------------------------------------------
     def finish(self, plan, now: float) -> None:
@@ -123,6 +158,8 @@ class LazyDecodes:
             self._kv_clock += 1
             self._context += len(since)
             self._ticked = True
+            if self._reads is not None:
+                self._reads.advance(self._kv_clock)
         # the members, in batch order (the rest prefill behind them: chunks, `_continue_prefills`)
         plan.decodes = running[:] if len(since) == len(running) else [i for i in running if i in since]
         plan.decode_seqs = len(plan.decodes)
@@ -159,7 +196,7 @@ class LazyDecodes:
         self._ticked = False
         self._gen_clock = clock = self._gen_clock + 1
         ends, keys, since, generated, kv_len = self._ends, self._keys, self._since, self.generated, self.kv_len
-        lag, ending = self._kv_clock - clock, []
+        lag, ending, reads = self._kv_clock - clock, [], self._reads
         while ends and ends[0][0] <= clock:        # (equal ends pop in join order: batch order)
             _, key, i = heapq.heappop(ends)
             if keys.get(i) == key:             # (else stale: it left the members since)
@@ -169,6 +206,8 @@ class LazyDecodes:
                 generated[i] += d
                 kv_len[i] += d + lag
                 self._context -= kv_len[i]
+                if reads is not None:
+                    reads.leave(i)
         return ending
 
     def _retire_lazy(self, retire: list[int], now: float) -> None:
@@ -233,4 +272,6 @@ class LazyDecodes:
         self._kv_clock += steps
         self._gen_clock += steps
         self._context += steps * len(self.running)
+        if self._reads is not None:
+            self._reads.advance(self._kv_clock)
         return mems
