@@ -2,7 +2,8 @@
 block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
 
 When every request has one sequence and the allocator can tick (paged, with or without a prefix
-cache; `tick_join` etc. in kvsim/alloc/paged_window.py), a running request that has
+cache; `tick_join` etc. in kvsim/alloc/paged_window.py; vLLM's hybrid manager in
+kvsim/alloc/hybrid/ticks.py), a running request that has
 finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
 and advance with the step clocks (`_kv_clock` counts the steps that grew the batch's KV slots,
 `_gen_clock` the steps that emitted their tokens; equal between steps), so it holds
@@ -18,6 +19,8 @@ in the order they joined, which is the batch's order as long as every request th
 runs behind every member (admissions and swap-ins join the batch at its back); a step that breaks
 that (a swap-in behind a request still prefilling its chunks) ends the lazy mode for the rest of the
 run (`_stop_lazy`: the members are brought up to date and the per-sequence path goes on from there).
+A cost model that prices sliding/chunked layers per sequence (`track_capped_reads`) gets the members'
+reads from sums kept by clock (kvsim/engine/capped_reads.py), not by visiting them (`step_reads`).
 """
 
 from __future__ import annotations

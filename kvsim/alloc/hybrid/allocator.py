@@ -110,8 +110,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self._chained: tuple[object, list[int]] = ((), [])        # last content ids -> chained hashes
         self._spec_groups_cached = self._spec_groups()
         self._clock = self._ticking = self._joins = 0      # lazy decode ticks (HybridTicks)
-        self._due: dict[int, list] = {}
-        self._pending: list | None = None
+        self._due, self._pending = {}, None    # tick -> [(join key, sequence)]; a tick left half done
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -293,7 +292,9 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         blocks.extend(range(self._top, self._top + fresh))
         self._top += fresh
         if self._cache is not None:       # then the evictable cached blocks, least recently freed first
-            blocks.extend(self._cache.evict_lru() for _ in range(num - len(blocks)))
+            evict, ref = self._cache.evict_lru, self._ref
+            for _ in range(num - len(blocks)):
+                blocks.append(evict())
             for b in blocks:
-                self._ref[b] = 1
+                ref[b] = 1
         return blocks

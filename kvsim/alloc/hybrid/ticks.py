@@ -9,41 +9,56 @@ A ticking sequence's `tokens` are as of tick `at`: it holds `tokens + _clock - a
 `_due` under the tick at which it reaches min(event, final) tokens, as (join key, sequence); a tick sorts
 its list by key. Any other use of a ticking sequence brings it up to date (`_seq`); growing or freeing it
 another way stops its ticking (`_untick`: its filed entry goes stale and is skipped).
+
+With a prefix cache, a ticking sequence's filled blocks are registered at its next event or when it is
+brought up to date, not as each fills (so filling a block is no event of its own while it ticks, and its
+`event` leaves that out: `_set_event`). Every block it fills while decoding is past its prompt's shareable
+blocks, so its hash is salted by the sequence (kvsim/alloc/prefix.py `unique_hashes`): no other
+sequence's lookup can find it, it is registered before any window drops it or the sequence is freed (and
+parked, then, as the per-sequence path parks it), and the cache shows the same contents to every reader.
 """
 
 from __future__ import annotations
 
 from ..base import AllocationError, MemoryStats
+from .groups import NEVER, NULL_BLOCK
 
 
 class HybridTicks:
     """`can_tick`, `tick_join`, `tick`, `tick_window` and `tick_steps` of `HybridAllocator`."""
 
     can_tick = True
+    _tick_drops: list | None = None     # (group, window or 0, chunk or 0) of the groups that drop blocks
 
     def _seq(self, seq_id: int):
         seq = self._seqs.get(seq_id)
         if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
-        if seq.at >= 0:                       # ticking: bring it up to the clock
-            seq.tokens += self._clock - seq.at
-            seq.at = self._clock
+        if seq.at >= 0:
+            self._sync(seq)
         return seq
 
+    def _sync(self, seq) -> None:
+        """Bring ticking `seq` up to the clock, its filled blocks registered in the prefix cache."""
+        seq.tokens += self._clock - seq.at
+        seq.at = self._clock
+        if self._cache is not None:
+            self._register(seq)
+
     def _untick(self, seq) -> None:
-        """Stop `seq` ticking (brought up to date; its filed entry goes stale)."""
+        """Stop `seq` ticking (brought up to date, its per-sequence `event` back; its filed entry goes stale)."""
         if seq.at >= 0:
-            seq.tokens += self._clock - seq.at
+            self._sync(seq)
             seq.at = seq.due = -1
             self._ticking -= 1
+            if self._cache is not None:
+                self._set_event(seq)
 
     def _sync_all(self) -> None:
         if self._ticking:
-            clock = self._clock
             for seq in self._seqs.values():
                 if seq.at >= 0:
-                    seq.tokens += clock - seq.at
-                    seq.at = clock
+                    self._sync(seq)
 
     def _file(self, seq, clock: int) -> None:
         """File ticking `seq` (tokens as of `clock`) under the tick of its next event."""
@@ -60,9 +75,14 @@ class HybridTicks:
         seq = self._seq(seq_id)
         if seq.at >= 0:
             raise AllocationError(f"sequence {seq_id} is already ticking")
+        if self._tick_drops is None:
+            self._tick_drops = [(g, self.groups[g].window, self.groups[g].chunk) for g, _ in self._dropping]
         seq.at, seq.key = self._clock, self._joins
         self._joins += 1
         self._ticking += 1
+        if self._cache is not None:
+            self._register(seq)
+            self._set_event(seq)              # (ticking: filling a block is no event)
         self._file(seq, self._clock)
 
     def tick(self) -> bool:
@@ -78,21 +98,84 @@ class HybridTicks:
                 return True
             if len(pending) > 1:
                 pending.sort(key=_first)
-        step_one = self._step_one
+        grow = self._grow_ticking
         for k, (key, seq) in enumerate(pending):
             if seq.due != clock or seq.key != key:
                 continue                      # stale: it stopped ticking since it was filed
             c = seq.tokens + clock - seq.at
             seq.tokens, seq.at = c, clock
-            if not step_one(seq):
+            if not grow(seq, c, clock):
                 self._pending = pending[k:]
                 return False
-            self._file(seq, clock + 1)        # (c + 1 tokens as of the tick after this one)
-            seq.tokens = c                    # as of `clock` again: the tick's end counts the token
-            self._sum_tokens -= 1
         self._pending = None
         self._clock = clock + 1
         self._sum_tokens += self._ticking
+        return True
+
+    def _grow_ticking(self, seq, c: int, clock: int) -> bool:
+        """Grow ticking `seq` from `c` tokens at tick `clock` as `_step_one` does (its filled blocks
+        registered first, so a window drops them cached; inlined for the usual case, below its final
+        length) and file its next event; its `tokens` stay as of `clock`. False (its windows' blocks freed
+        all the same) when a block it needs is not free."""
+        cache = self._cache
+        if cache is not None:
+            self._register(seq)
+        if c >= seq.final:                    # its peak grows: the general path keeps the reach
+            if not self._step_one(seq):
+                return False
+            self._file(seq, clock + 1)
+            seq.tokens = c
+            self._sum_tokens -= 1             # (the tick counts the token)
+            return True
+        bs, tables, nulls = self.block_size, seq.tables, seq.nulls
+        for g, window, chunk in self._tick_drops:       # (`_drop_skipped`)
+            if window:
+                skip = (c - window + 1) // bs if c >= window else 0
+            else:
+                skip = c // chunk * chunk // bs
+            z = nulls[g]
+            if skip > z:
+                table = tables[g]
+                if skip > len(table):
+                    skip = len(table)
+                dropped = table[z:skip]
+                table[z:skip] = [NULL_BLOCK] * len(dropped)
+                if cache is None:
+                    self._free.extendleft(dropped)
+                else:
+                    self._release(g, dropped[::-1])
+                self._held[g] -= len(dropped)
+                self._nulls[g] += len(dropped)
+                nulls[g] = skip
+        take_ids = self._take_ids
+        takers = [g for g in take_ids if len(tables[g]) * bs <= c]
+        if takers:
+            if len(takers) > self.num_free_blocks:
+                return False
+            final, held, reach = seq.final, self._held, self._reach
+            for g, block in zip(takers, self._take(len(takers))):
+                table = tables[g]
+                slots = len(table) * bs
+                table.append(block)
+                held[g] += 1
+                reach[g] += (final if final < slots + bs else slots + bs) - (final if final < slots else slots)
+        event = c + NEVER                     # (`_set_event` at c + 1 tokens, block fills left out)
+        for g in take_ids:
+            take = len(tables[g]) * bs
+            if take < event:
+                event = take
+        for g, window, chunk in self._tick_drops:
+            drop = (nulls[g] + 1) * bs + window - 1 if window else -(-(nulls[g] + 1) * bs // chunk) * chunk
+            if drop < event:
+                event = drop
+        seq.event = event = event if event > c + 1 else c + 1
+        gap = (event if event < seq.final else seq.final) - c - 1
+        seq.due = due = clock + 1 + (gap if gap > 0 else 0)
+        filed = self._due.get(due)
+        if filed is None:
+            self._due[due] = [(seq.key, seq)]
+        else:
+            filed.append((seq.key, seq))
         return True
 
     def tick_window(self, max_steps: int) -> int:

@@ -23,7 +23,8 @@ class HybridWindows:
         """File the computed tokens at which `seq`'s next one-token growth does more than count."""
         bs, tokens = self.block_size, seq.tokens
         event = tokens + NEVER
-        if self._cache is not None:     # its next full block is registered in the prefix cache
+        if self._cache is not None and seq.at < 0:   # its next full block is registered (not ticking:
+            # kvsim/alloc/hybrid/ticks.py registers a ticking sequence's blocks at its next event)
             event = -(-(tokens + 1) // bs) * bs - 1
         tables, nulls = seq.tables, seq.nulls
         for g in self._take_ids:        # (`next_take` of every taking kind: entries x block_size)
