@@ -105,3 +105,37 @@ class CappedReads:
         """Per group, the members' reads at the current clock."""
         t = self.clock
         return [b + n * t + f for b, n, f in zip(self.grow_base, self.grow, self.fixed)]
+
+
+class LazyCappedReads:
+    """`track_capped_reads`, `step_reads` and `window_contexts` of the scheduler (a mixin of
+    `kvsim.engine.lazy_decode.LazyDecodes`, which keeps `_reads` and the members)."""
+
+    def track_capped_reads(self, groups) -> None:
+        """Price `groups` (capped layers: `kind`, `size`, `read(context)`) per sequence: `step_reads` gives
+        each step's reads in them, kept for the lazy members without visiting them
+        (kvsim/engine/capped_reads.py). Call before the first step."""
+        self._capped_groups = tuple(groups)
+        if self._lazy and self._capped_groups and self.stride > 1:
+            self._lazy = False           # (the reads are kept per request: one sequence each)
+        if self._lazy and self._capped_groups:
+            self._reads = CappedReads(self._capped_groups, self._kv_clock)
+
+    def step_reads(self, plan) -> tuple[list[tuple[int, int]], list[int]]:
+        """`plan`'s prefill chunks as `step_contexts` gives them, and its decodes' reads per tracked
+        capped group (the sum over sequences of what one decode reads in one layer)."""
+        reads = self._reads
+        if reads is None:
+            prefills, decodes = self.step_contexts(plan)
+            return prefills, exact_reads(self._capped_groups, decodes)
+        kv_len, left = self.kv_len, self.prefill_left
+        prefills = [(q, max(kv_len[i] - left[i], q)) for i, q in plan.prefills]
+        total = reads.reads()
+        for i in plan.swapped_in:          # (the only decodes that are not members: they join after)
+            if i in plan.decodes:
+                total = [r + x for r, x in zip(total, exact_reads(self._capped_groups, [(kv_len[i], self.n[i])]))]
+        return prefills, total
+
+    def window_contexts(self):
+        self._sync_all()
+        return super().window_contexts()

@@ -28,23 +28,26 @@ from __future__ import annotations
 import heapq
 
 from kvsim.alloc.base import MemoryStats
-from kvsim.engine.capped_reads import CappedReads, exact_reads
+from kvsim.engine.capped_reads import CappedReads, LazyCappedReads
 from kvsim.engine.request_state import FINISHED
 
 
-class LazyDecodes:
+class LazyDecodes(LazyCappedReads):
     """The members' clocks and the lazy versions of `_grow_running`, `finish`, `steady_decodes` and
     `advance` (used only when `_lazy`)."""
 
     def _lazy_init(self) -> None:
         alloc = self.alloc
-        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1 and not self.sample_ends
-                      and type(self).finish is LazyDecodes.finish)   # (not static batching)
+        # parallel samples too (their forks share the prompt: copy-on-write in the first tick), while
+        # no beam dies and every sample runs to the request's length (no fork or free mid-request)
+        self._lazy = (getattr(alloc, "can_tick", False) and (self.stride == 1 or self.beams is None)
+                      and not self.sample_ends and type(self).finish is LazyDecodes.finish)   # (not static)
         self._kv_clock = self._gen_clock = 0
         self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
         self._keys: dict[int, int] = {}       # member request -> its join key
         self._ends: list[tuple[int, int, int]] = []   # (last token's _gen_clock, join key, request)
-        self._context = 0                     # KV slots of the members, now
+        self._context = 0                     # KV slots of the members, now (all their sequences)
+        self._member_seqs = 0                 # sequences of the members
         self._joins = 0                       # join counter: the members' batch order
         self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
         self._capped_groups: tuple = ()       # capped layers the cost model prices per sequence
@@ -53,15 +56,20 @@ class LazyDecodes:
     # -- membership ------------------------------------------------------------------------------
     def _join(self, requests: list[int]) -> None:
         """Make those of `requests` (in batch order) that go on decoding members."""
-        generated, output, kv_len, since, keys, ends = (self.generated, self.output, self.kv_len,
-                                                        self._since, self._keys, self._ends)
-        clock, key, tick_join = self._gen_clock, self._joins, self.alloc.tick_join
+        generated, output, kv_len, since, keys, ends, n = (self.generated, self.output, self.kv_len,
+                                                           self._since, self._keys, self._ends, self.n)
+        clock, key, tick_join, one = self._gen_clock, self._joins, self.alloc.tick_join, self.stride == 1
         for i in requests:
             if generated[i] < output[i]:
                 since[i], keys[i] = clock, key
-                self._context += kv_len[i]
+                self._context += kv_len[i] * n[i]
+                self._member_seqs += n[i]
                 heapq.heappush(ends, (clock + output[i] - generated[i], key, i))
-                tick_join(i)
+                if one:
+                    tick_join(i)
+                else:
+                    for s in self.seq_ids(i):       # (its samples, in batch order)
+                        tick_join(s)
                 if self._reads is not None:
                     self._reads.join(i, key, kv_len[i])
                 key += 1
@@ -71,33 +79,6 @@ class LazyDecodes:
         """Keep every request's `kv_len` current at each step (no lazy members), for a cost model that
         prices each sequence's own context (`step_contexts`). Call before the first step."""
         self._lazy = False
-
-    def track_capped_reads(self, groups) -> None:
-        """Price `groups` (capped layers: `kind`, `size`, `read(context)`) per sequence: `step_reads` gives
-        each step's reads in them, kept for the lazy members without visiting them
-        (kvsim/engine/capped_reads.py). Call before the first step."""
-        self._capped_groups = tuple(groups)
-        if self._lazy and self._capped_groups:
-            self._reads = CappedReads(self._capped_groups, self._kv_clock)
-
-    def step_reads(self, plan) -> tuple[list[tuple[int, int]], list[int]]:
-        """`plan`'s prefill chunks as `step_contexts` gives them, and its decodes' reads per tracked
-        capped group (the sum over sequences of what one decode reads in one layer)."""
-        reads = self._reads
-        if reads is None:
-            prefills, decodes = self.step_contexts(plan)
-            return prefills, exact_reads(self._capped_groups, decodes)
-        kv_len, left = self.kv_len, self.prefill_left
-        prefills = [(q, max(kv_len[i] - left[i], q)) for i, q in plan.prefills]
-        total = reads.reads()
-        for i in plan.swapped_in:          # (the only decodes that are not members: they join after)
-            if i in plan.decodes:
-                total = [r + x for r, x in zip(total, exact_reads(self._capped_groups, [(kv_len[i], self.n[i])]))]
-        return prefills, total
-
-    def window_contexts(self):
-        self._sync_all()
-        return super().window_contexts()
 
     def _sync(self, i: int) -> None:
         """Bring member `i`'s `kv_len` and `generated` up to `_gen_clock` (exact between steps;
@@ -115,7 +96,8 @@ class LazyDecodes:
             self._sync(i)
             self.kv_len[i] += self._kv_clock - self._gen_clock
             del self._since[i], self._keys[i]
-            self._context -= self.kv_len[i]
+            self._context -= self.kv_len[i] * self.n[i]
+            self._member_seqs -= self.n[i]
             if self._reads is not None:
                 self._reads.leave(i)
 
@@ -130,7 +112,7 @@ class LazyDecodes:
         self._since.clear()
         self._keys.clear()
         self._ends.clear()
-        self._context = 0
+        self._context = self._member_seqs = 0
         self._lazy = False
         self._reads = None
 
@@ -155,17 +137,17 @@ class LazyDecodes:
         a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
         running, preempted, since = self.running, False, self._since
         if running:
-            while not self.alloc.tick():
+            while not self.alloc.tick(plan.copies):
                 preempted = True
                 self._preempt(running[-1], plan)
             self._kv_clock += 1
-            self._context += len(since)
+            self._context += self._member_seqs
             self._ticked = True
             if self._reads is not None:
                 self._reads.advance(self._kv_clock)
         # the members, in batch order (the rest prefill behind them: chunks, `_continue_prefills`)
         plan.decodes = running[:] if len(since) == len(running) else [i for i in running if i in since]
-        plan.decode_seqs = len(plan.decodes)
+        plan.decode_seqs = self._member_seqs
         plan.decode_context_tokens = self._context
         return preempted
 
@@ -198,7 +180,8 @@ class LazyDecodes:
         that emitted their last, in batch order."""
         self._ticked = False
         self._gen_clock = clock = self._gen_clock + 1
-        ends, keys, since, generated, kv_len = self._ends, self._keys, self._since, self.generated, self.kv_len
+        ends, keys, since, generated, kv_len, n = (self._ends, self._keys, self._since, self.generated, self.kv_len,
+                                                   self.n)
         lag, ending, reads = self._kv_clock - clock, [], self._reads
         while ends and ends[0][0] <= clock:        # (equal ends pop in join order: batch order)
             _, key, i = heapq.heappop(ends)
@@ -208,19 +191,28 @@ class LazyDecodes:
                 d = clock - since.pop(i)
                 generated[i] += d
                 kv_len[i] += d + lag
-                self._context -= kv_len[i]
+                self._context -= kv_len[i] * n[i]
+                self._member_seqs -= n[i]
                 if reads is not None:
                     reads.leave(i)
         return ending
 
     def _retire_lazy(self, retire: list[int], now: float) -> None:
-        """`_retire` of one-sequence requests (sequence id = request) given in batch order."""
+        """`_retire` of requests given in batch order."""
         running, free, status, finished_s = self.running, self.alloc.free, self.status, self.finished_s
-        for i in retire:
-            running.remove(i)
-            free(i)
-            status[i], finished_s[i] = FINISHED, now
-        self.running_seqs -= len(retire)
+        if self.stride == 1:
+            for i in retire:
+                running.remove(i)
+                free(i)
+                status[i], finished_s[i] = FINISHED, now
+            self.running_seqs -= len(retire)
+        else:
+            for i in retire:
+                running.remove(i)
+                for s in self.seq_ids(i):
+                    free(s)
+                status[i], finished_s[i] = FINISHED, now
+                self.running_seqs -= self.n[i]
         self.num_finished += len(retire)
 
     def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
@@ -267,14 +259,15 @@ class LazyDecodes:
         while keys.get(ends[0][2]) != ends[0][1]:   # drop stale entries (preempted members)
             heapq.heappop(ends)
         steps = ends[0][0] - self._gen_clock - 1
-        return self.running[:], self.alloc.tick_window(steps), self._context
+        ids = self.running[:] if self.stride == 1 else self._decoding_seq_ids(self.running)
+        return ids, self.alloc.tick_window(steps), self._context
 
     def _advance_lazy(self, steps: int) -> list[MemoryStats]:
         """`advance` with members: `steps` ticks of the allocator and of both clocks."""
         mems = self.alloc.tick_steps(steps)
         self._kv_clock += steps
         self._gen_clock += steps
-        self._context += steps * len(self.running)
+        self._context += steps * self._member_seqs
         if self._reads is not None:
             self._reads.advance(self._kv_clock)
         return mems

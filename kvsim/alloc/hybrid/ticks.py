@@ -85,10 +85,11 @@ class HybridTicks:
             self._set_event(seq)              # (ticking: filling a block is no event)
         self._file(seq, self._clock)
 
-    def tick(self) -> bool:
+    def tick(self, copies: list | None = None) -> bool:
         """One token for every ticking sequence; those at an event grow as `append_each` grows them, in
         join order. False when one found no free block (its windows' blocks freed all the same): free
-        some (e.g. `free` a ticking sequence) and call again to go on from it; True when complete."""
+        some (e.g. `free` a ticking sequence) and call again to go on from it; True when complete.
+        (`copies` stays untouched: nothing is shared, so nothing is copied.)"""
         clock, pending = self._clock, self._pending
         if pending is None:
             pending = self._due.pop(clock, None)
