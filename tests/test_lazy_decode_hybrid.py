@@ -62,7 +62,9 @@ def _state(sched, alloc):
             (cache.evictable_blocks(), {h: list(blocks) for h, blocks in cache._blocks_of.items()}))
 
 
-def _side_by_side(trace, cfg, hybrid: bool) -> int:
+def _side_by_side(trace, cfg, hybrid: bool, complete: bool = True) -> int:
+    """Step `trace` lazily and per sequence side by side (equal plans and states after each step);
+    `complete`: every request ends finished or rejected."""
     steps = 0
     for (a, sa, la), (b, sb, lb) in zip(_run(trace, cfg, True), _run(trace, cfg, False), strict=True):
         assert sa._lazy and not sb._lazy
@@ -73,7 +75,7 @@ def _side_by_side(trace, cfg, hybrid: bool) -> int:
         if steps % 5 == 0:
             la.check_invariants()
     la.check_invariants()
-    assert sa.num_finished + sa.num_rejected == len(trace)
+    assert not complete or sa.num_finished + sa.num_rejected == len(trace)
     return steps
 
 
@@ -111,7 +113,9 @@ def test_hybrid_lazy_steps_equal_per_sequence_steps(seed, model, extra, prefix, 
     spec, tp, _ = MODELS[model]
     prefix = prefix and not spec.state_bytes_per_request(tp)   # (refused with Mamba groups, as vLLM's default)
     cfg = _config(model, extra, prefix, swap, budget, profile)
-    _side_by_side(_trace(seed, burst, prefix), cfg, model in HYBRID)
+    # (swap with the hybrid manager can strand a swapped-out request that never fits back whole, and
+    # everything queued behind it, on today's per-sequence path too: both paths must still agree)
+    _side_by_side(_trace(seed, burst, prefix), cfg, model in HYBRID, complete=not (swap and model in HYBRID))
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))

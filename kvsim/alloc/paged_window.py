@@ -83,8 +83,9 @@ class PagedTicks:
     list in `_due` is in join order without sorting: a tick files the sequences it served, in order,
     `block_size` ticks ahead, before any sequence that joins later can be filed there. Any other use of a ticking sequence
     brings it up to date first (`_sync`); changing it another way than by ticks stops its ticking
-    (`_untick`). Needs no shared partly filled last block (no copy-on-write). With a prefix cache, the
-    blocks a ticking sequence fills (its own, past its shareable prompt blocks) are registered when it
+    (`_untick`). A fork that joins sharing its partly filled last block (parallel samples after their
+    prefill) is filed at the next tick, which copies that block (copy-on-write, as `append` does) and
+    files it again in key order (`insort`). With a prefix cache, the blocks a ticking sequence fills (its own, past its shareable prompt blocks) are registered when it
     is brought up to date, at the latest when it is freed: their hashes are salted by the sequence, so
     no other sequence's lookup can find them while it lives, and only registered blocks are parked
     as evictable on `free` (the order of everything the cache shows is the same as registering at once)."""

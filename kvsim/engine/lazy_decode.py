@@ -1,9 +1,10 @@
 """Lazy decode steps for continuous batching: a decode step costs O(1) plus the sequences that cross a
 block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
 
-When every request has one sequence and the allocator can tick (paged, with or without a prefix
-cache; `tick_join` etc. in kvsim/alloc/paged_window.py; vLLM's hybrid manager in
-kvsim/alloc/hybrid/ticks.py), a running request that has
+When the allocator can tick (paged, with or without a prefix cache; `tick_join` etc. in
+kvsim/alloc/paged_window.py; vLLM's hybrid manager in kvsim/alloc/hybrid/ticks.py) and no request's
+sequences fork or end mid-request (parallel samples that all run to the request's length tick one by one,
+in batch order; dying beams and shorter samples do not), a running request that has
 finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
 and advance with the step clocks (`_kv_clock` counts the steps that grew the batch's KV slots,
 `_gen_clock` the steps that emitted their tokens; equal between steps), so it holds
