@@ -115,13 +115,13 @@ class HybridTicks:
 
     def _grow_ticking(self, seq, c: int, clock: int) -> bool:
         """Grow ticking `seq` from `c` tokens at tick `clock` as `_step_one` does (its filled blocks
-        registered first, so a window drops them cached; inlined for the usual case, below its final
-        length) and file its next event; its `tokens` stay as of `clock`. False (its windows' blocks freed
+        registered before a window drops them, so they are parked cached; inlined for the usual case,
+        below its final length) and file its next event; its `tokens` stay as of `clock`. False (its windows' blocks freed
         all the same) when a block it needs is not free."""
         cache = self._cache
-        if cache is not None:
-            self._register(seq)
         if c >= seq.final:                    # its peak grows: the general path keeps the reach
+            if cache is not None:
+                self._register(seq)
             if not self._step_one(seq):
                 return False
             self._file(seq, clock + 1)
@@ -136,6 +136,8 @@ class HybridTicks:
                 skip = c // chunk * chunk // bs
             z = nulls[g]
             if skip > z:
+                if cache is not None:
+                    self._register(seq)       # (the blocks it filled, before the window drops them)
                 table = tables[g]
                 if skip > len(table):
                     skip = len(table)
