@@ -190,6 +190,8 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         if seq.at >= 0:                   # `_untick`, inlined
             if self._cache is not None:
                 self._sync(seq)           # (registers the blocks it filled: they are parked below)
+                if self._pending is not None:
+                    self._served_fill(seq)
             else:
                 seq.tokens += self._clock - seq.at
             seq.at = seq.due = -1

@@ -6,6 +6,8 @@ boundary). Mixins of `PagedAllocator` (they read and update the allocator's sequ
 
 from __future__ import annotations
 
+from bisect import insort
+from operator import attrgetter
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
@@ -81,8 +83,9 @@ class PagedTicks:
     list in `_due` is in join order without sorting: a tick files the sequences it served, in order,
     `block_size` ticks ahead, before any sequence that joins later can be filed there. Any other use of a ticking sequence
     brings it up to date first (`_sync`); changing it another way than by ticks stops its ticking
-    (`_untick`). Needs no shared partly filled last block (no copy-on-write). With a prefix cache, the
-    blocks a ticking sequence fills (its own, past its shareable prompt blocks) are registered when it
+    (`_untick`). A fork that joins sharing its partly filled last block (parallel samples after their
+    prefill) is filed at the next tick, which copies that block (copy-on-write, as `append` does) and
+    files it again in key order (`insort`). With a prefix cache, the blocks a ticking sequence fills (its own, past its shareable prompt blocks) are registered when it
     is brought up to date, at the latest when it is freed: their hashes are salted by the sequence, so
     no other sequence's lookup can find them while it lives, and only registered blocks are parked
     as evictable on `free` (the order of everything the cache shows is the same as registering at once)."""
@@ -100,12 +103,15 @@ class PagedTicks:
         bs, clock = self.block_size, self._clock
         if seq.at >= 0:
             raise AllocationError(f"sequence {seq_id} is already ticking")
-        if seq.tokens // bs < len(seq.hashes) or (seq.tokens % bs and self._ref[seq.table[-1]] > 1):
-            raise AllocationError(f"sequence {seq_id} cannot tick (shareable blocks unfilled or shared last block)")
+        if seq.tokens // bs < len(seq.hashes):
+            raise AllocationError(f"sequence {seq_id} cannot tick (shareable blocks unfilled)")
         seq.at, seq.key = clock, self._joins
         self._joins += 1
         self._ticking += 1
-        seq.due = due = clock + len(seq.table) * bs - seq.tokens
+        if seq.tokens % bs and self._ref[seq.table[-1]] > 1:   # a fork sharing its partly filled last
+            seq.due = due = clock                               # block: copied at the next tick
+        else:
+            seq.due = due = clock + len(seq.table) * bs - seq.tokens
         waiting = self._due.get(due)
         if waiting is None:
             self._due[due] = [seq]
@@ -122,6 +128,14 @@ class PagedTicks:
         seq.tokens = grown
         seq.at = self._clock
 
+    def _served_fill(self, seq) -> None:
+        """`free` of ticking `seq` while a tick is left half done (a preemption: a sample of the victim
+        may have grown before a later one found no block): if this tick grew it and so filled its last
+        block, register that block, as the per-sequence path registered it when it grew."""
+        if any(s is seq for s in self._served if s.due != self._clock):
+            bs = self.block_size
+            self._register(seq, seq.tokens // bs, (seq.tokens + 1) // bs)
+
     def _untick(self, seq) -> None:
         """Stop a ticking sequence's growth (its stale `_due` entry is skipped when reached)."""
         self._sync(seq)
@@ -134,10 +148,12 @@ class PagedTicks:
                 if seq.at >= 0:
                     self._sync(seq)
 
-    def tick(self) -> bool:
+    def tick(self, copies: list | None = None) -> bool:
         """One slot for every ticking sequence, taking a block for each that crosses a block boundary
-        (in key order). False when one found no free block: free some (e.g. `free` a ticking
-        sequence) and call again to go on from it; True when the tick is complete."""
+        and copying the shared partly filled last block of a fork that joined since the last tick (in
+        key order; the (src, dst) pairs added to `copies`, as `append_each` adds them). False when one
+        found no free block: free some (e.g. `free` a ticking sequence) and call again to go on from
+        it; True when the tick is complete."""
         pending = self._pending
         if pending is None:
             pending = self._due.pop(self._clock, None)
@@ -153,14 +169,32 @@ class PagedTicks:
         for k, seq in enumerate(pending):
             if seq.due != clock:
                 continue                        # stale: it stopped ticking since it was filed
+            table = seq.table
+            held = len(table) * bs
+            room = held - seq.tokens - clock + seq.at
+            if room and ref[table[-1]] == 1:    # a fork whose twins copied their shared block: in place
+                seq.due = clock + room
+                insort(self._due.setdefault(clock + room, []), seq, key=_key)
+                continue
             if not free:
-                self._pending = pending[k:]
+                served = pending[:k] if self._pending is None else self._served + pending[:k]
+                self._pending, self._served = pending[k:], served
                 self._sum_blocks += taken - free
                 self._sum_reach += reach
                 return False
             free -= 1
-            table = seq.table
-            held = len(table) * bs
+            if room:                            # copy-on-write of the shared partly filled last block
+                taken -= 1                      # (the copy replaces a block the sequence held: not counted)
+                src = table[-1]
+                ref[src] -= 1
+                if ref[src] == 1:
+                    self._shared_partial -= 1
+                table[-1] = dst = self._take()
+                if copies is not None:
+                    copies.append((src, dst))
+                seq.due = clock + room
+                insort(self._due.setdefault(clock + room, []), seq, key=_key)   # (a later join may be there)
+                continue
             seq.due = clock + bs
             if fresh or not released:
                 table.append(take())
@@ -183,7 +217,9 @@ class PagedTicks:
         """How many ticks (<= `max_steps`) `tick_steps` can run before the free blocks run out (the
         same count `decode_window` gives for the ticking sequences)."""
         num = self._ticking
-        if self._shared_partial or max_steps < 1 or not num:
+        if self._shared_partial:
+            return 0                            # (as `decode_window`: a copy-on-write is pending)
+        if max_steps < 1 or not num:
             return max(max_steps, 0)
         # in each round of bs ticks every sequence takes one block, in order of the ticks before it
         # needs one (its room, 0..bs-1): the first tick without a free block ends the window
@@ -196,3 +232,6 @@ class PagedTicks:
                     if rank < 0:
                         return min(max_steps, room + rounds * bs)
         raise AllocationError("a ticking sequence is missing from its tick")
+
+
+_key = attrgetter("key")

@@ -58,6 +58,7 @@ class PrefixCache:
         self._blocks_of: dict[int, dict[int, None]] = {}   # chained hash -> its blocks, first cached first
         self._hash_of: dict[int, int] = {}                  # cached block id -> chained hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self.version = 0          # counts the changes (a lookup's answer is the same while it stays)
 
     @property
     def num_evictable(self) -> int:
@@ -83,6 +84,7 @@ class PrefixCache:
     def reuse(self, block: int) -> None:
         """Take an evictable `block` back into use (its reference count goes 0 -> 1 by the caller)."""
         del self._evictable[block]
+        self.version += 1
 
     def register(self, h: int, block: int) -> None:
         """Record that full `block` holds the prefix with chained hash `h` (a block already cached
@@ -90,6 +92,7 @@ class PrefixCache:
         if block not in self._hash_of:
             self._hash_of[block] = h
             self._blocks_of.setdefault(h, {})[block] = None
+            self.version += 1
 
     def park(self, block: int) -> bool:
         """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
@@ -97,11 +100,13 @@ class PrefixCache:
         if block not in self._hash_of:
             return False
         self._evictable[block] = None
+        self.version += 1
         return True
 
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
+        self.version += 1
         h = self._hash_of.pop(block)
         blocks = self._blocks_of[h]
         del blocks[block]

@@ -60,13 +60,19 @@ class CappedAttention:
     def time(self, prefills: Iterable[tuple[int, int]], decodes: Iterable[tuple[int, int]]) -> float:
         """Seconds of the capped layers' attention for prefill chunks `(chunk tokens, context after
         the chunk)` and decodes `(context with the new token, sequences)`."""
-        prefills, decodes = list(prefills), list(decodes)
+        decodes = list(decodes)
+        return self.time_reads(prefills, [sum(g.read(c) * n for c, n in decodes) for g in self.groups])
+
+    def time_reads(self, prefills: Iterable[tuple[int, int]], reads: Sequence[int]) -> float:
+        """`time` from the decodes' reads per group (the sum of `read(context) x sequences`, KV tokens per
+        layer): the same seconds, for callers that keep those sums (kvsim/engine/capped_reads.py)."""
+        prefills = list(prefills)
         total = 0.0
-        for g in self.groups:
+        for g, read in zip(self.groups, reads):
             if prefills:
                 total += g.prefill_s_per_pair * sum(q * min(c, g.size) for q, c in prefills)
-            if decodes:
-                total += g.decode_s_per_token * sum(g.read(c) * n for c, n in decodes)
+            if read:
+                total += g.decode_s_per_token * read
         return total
 
     def window_times(self, decodes: Sequence[tuple[int, int]], steps: int) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Lazy decode steps for continuous batching: a decode step costs O(1) plus the sequences that cross a
 block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
 
-When every request has one sequence and the allocator can tick (paged, with or without a prefix
-cache; `tick_join` etc. in kvsim/alloc/paged_window.py), a running request that has
+When the allocator can tick (paged, with or without a prefix cache; `tick_join` etc. in
+kvsim/alloc/paged_window.py; vLLM's hybrid manager in kvsim/alloc/hybrid/ticks.py) and no request's
+sequences fork or end mid-request (parallel samples that all run to the request's length tick one by one,
+in batch order; dying beams and shorter samples do not), a running request that has
 finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
 and advance with the step clocks (`_kv_clock` counts the steps that grew the batch's KV slots,
 `_gen_clock` the steps that emitted their tokens; equal between steps), so it holds
@@ -18,6 +20,8 @@ in the order they joined, which is the batch's order as long as every request th
 runs behind every member (admissions and swap-ins join the batch at its back); a step that breaks
 that (a swap-in behind a request still prefilling its chunks) ends the lazy mode for the rest of the
 run (`_stop_lazy`: the members are brought up to date and the per-sequence path goes on from there).
+A cost model that prices sliding/chunked layers per sequence (`track_capped_reads`) gets the members'
+reads from sums kept by clock (kvsim/engine/capped_reads.py), not by visiting them (`step_reads`).
 """
 
 from __future__ import annotations
@@ -25,37 +29,50 @@ from __future__ import annotations
 import heapq
 
 from kvsim.alloc.base import MemoryStats
+from kvsim.engine.capped_reads import CappedReads, LazyCappedReads
 from kvsim.engine.request_state import FINISHED
 
 
-class LazyDecodes:
+class LazyDecodes(LazyCappedReads):
     """The members' clocks and the lazy versions of `_grow_running`, `finish`, `steady_decodes` and
     `advance` (used only when `_lazy`)."""
 
     def _lazy_init(self) -> None:
         alloc = self.alloc
-        self._lazy = (getattr(alloc, "can_tick", False) and self.stride == 1 and not self.sample_ends
-                      and type(self).finish is LazyDecodes.finish)   # (not static batching)
+        # parallel samples too (their forks share the prompt: copy-on-write in the first tick), while
+        # no beam dies and every sample runs to the request's length (no fork or free mid-request)
+        self._lazy = (getattr(alloc, "can_tick", False) and (self.stride == 1 or self.beams is None)
+                      and not self.sample_ends and type(self).finish is LazyDecodes.finish)   # (not static)
         self._kv_clock = self._gen_clock = 0
         self._since: dict[int, int] = {}      # member request -> clock its stored state is as of
         self._keys: dict[int, int] = {}       # member request -> its join key
         self._ends: list[tuple[int, int, int]] = []   # (last token's _gen_clock, join key, request)
-        self._context = 0                     # KV slots of the members, now
+        self._context = 0                     # KV slots of the members, now (all their sequences)
+        self._member_seqs = 0                 # sequences of the members
         self._joins = 0                       # join counter: the members' batch order
         self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
+        self._capped_groups: tuple = ()       # capped layers the cost model prices per sequence
+        self._reads: CappedReads | None = None   # the members' reads in them (lazy only)
 
     # -- membership ------------------------------------------------------------------------------
     def _join(self, requests: list[int]) -> None:
         """Make those of `requests` (in batch order) that go on decoding members."""
-        generated, output, kv_len, since, keys, ends = (self.generated, self.output, self.kv_len,
-                                                        self._since, self._keys, self._ends)
-        clock, key, tick_join = self._gen_clock, self._joins, self.alloc.tick_join
+        generated, output, kv_len, since, keys, ends, n = (self.generated, self.output, self.kv_len,
+                                                           self._since, self._keys, self._ends, self.n)
+        clock, key, tick_join, one = self._gen_clock, self._joins, self.alloc.tick_join, self.stride == 1
         for i in requests:
             if generated[i] < output[i]:
                 since[i], keys[i] = clock, key
-                self._context += kv_len[i]
+                self._context += kv_len[i] * n[i]
+                self._member_seqs += n[i]
                 heapq.heappush(ends, (clock + output[i] - generated[i], key, i))
-                tick_join(i)
+                if one:
+                    tick_join(i)
+                else:
+                    for s in self.seq_ids(i):       # (its samples, in batch order)
+                        tick_join(s)
+                if self._reads is not None:
+                    self._reads.join(i, key, kv_len[i])
                 key += 1
         self._joins = key
 
@@ -80,7 +97,10 @@ class LazyDecodes:
             self._sync(i)
             self.kv_len[i] += self._kv_clock - self._gen_clock
             del self._since[i], self._keys[i]
-            self._context -= self.kv_len[i]
+            self._context -= self.kv_len[i] * self.n[i]
+            self._member_seqs -= self.n[i]
+            if self._reads is not None:
+                self._reads.leave(i)
 
     def _sync_all(self) -> None:
         for i in list(self._since):
@@ -93,8 +113,9 @@ class LazyDecodes:
         self._since.clear()
         self._keys.clear()
         self._ends.clear()
-        self._context = 0
+        self._context = self._member_seqs = 0
         self._lazy = False
+        self._reads = None
 
     # -- what the base class reads, brought up to date ---------------------------------------------
     def finish(self, plan, now: float) -> None:
@@ -117,15 +138,17 @@ class LazyDecodes:
         a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
         running, preempted, since = self.running, False, self._since
         if running:
-            while not self.alloc.tick():
+            while not self.alloc.tick(plan.copies):
                 preempted = True
                 self._preempt(running[-1], plan)
             self._kv_clock += 1
-            self._context += len(since)
+            self._context += self._member_seqs
             self._ticked = True
+            if self._reads is not None:
+                self._reads.advance(self._kv_clock)
         # the members, in batch order (the rest prefill behind them: chunks, `_continue_prefills`)
         plan.decodes = running[:] if len(since) == len(running) else [i for i in running if i in since]
-        plan.decode_seqs = len(plan.decodes)
+        plan.decode_seqs = self._member_seqs
         plan.decode_context_tokens = self._context
         return preempted
 
@@ -158,8 +181,9 @@ class LazyDecodes:
         that emitted their last, in batch order."""
         self._ticked = False
         self._gen_clock = clock = self._gen_clock + 1
-        ends, keys, since, generated, kv_len = self._ends, self._keys, self._since, self.generated, self.kv_len
-        lag, ending = self._kv_clock - clock, []
+        ends, keys, since, generated, kv_len, n = (self._ends, self._keys, self._since, self.generated, self.kv_len,
+                                                   self.n)
+        lag, ending, reads = self._kv_clock - clock, [], self._reads
         while ends and ends[0][0] <= clock:        # (equal ends pop in join order: batch order)
             _, key, i = heapq.heappop(ends)
             if keys.get(i) == key:             # (else stale: it left the members since)
@@ -168,17 +192,28 @@ class LazyDecodes:
                 d = clock - since.pop(i)
                 generated[i] += d
                 kv_len[i] += d + lag
-                self._context -= kv_len[i]
+                self._context -= kv_len[i] * n[i]
+                self._member_seqs -= n[i]
+                if reads is not None:
+                    reads.leave(i)
         return ending
 
     def _retire_lazy(self, retire: list[int], now: float) -> None:
-        """`_retire` of one-sequence requests (sequence id = request) given in batch order."""
+        """`_retire` of requests given in batch order."""
         running, free, status, finished_s = self.running, self.alloc.free, self.status, self.finished_s
-        for i in retire:
-            running.remove(i)
-            free(i)
-            status[i], finished_s[i] = FINISHED, now
-        self.running_seqs -= len(retire)
+        if self.stride == 1:
+            for i in retire:
+                running.remove(i)
+                free(i)
+                status[i], finished_s[i] = FINISHED, now
+            self.running_seqs -= len(retire)
+        else:
+            for i in retire:
+                running.remove(i)
+                for s in self.seq_ids(i):
+                    free(s)
+                status[i], finished_s[i] = FINISHED, now
+                self.running_seqs -= self.n[i]
         self.num_finished += len(retire)
 
     def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
@@ -225,12 +260,15 @@ class LazyDecodes:
         while keys.get(ends[0][2]) != ends[0][1]:   # drop stale entries (preempted members)
             heapq.heappop(ends)
         steps = ends[0][0] - self._gen_clock - 1
-        return self.running[:], self.alloc.tick_window(steps), self._context
+        ids = self.running[:] if self.stride == 1 else self._decoding_seq_ids(self.running)
+        return ids, self.alloc.tick_window(steps), self._context
 
     def _advance_lazy(self, steps: int) -> list[MemoryStats]:
         """`advance` with members: `steps` ticks of the allocator and of both clocks."""
         mems = self.alloc.tick_steps(steps)
         self._kv_clock += steps
         self._gen_clock += steps
-        self._context += steps * len(self.running)
+        self._context += steps * self._member_seqs
+        if self._reads is not None:
+            self._reads.advance(self._kv_clock)
         return mems

@@ -204,7 +204,7 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
         take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
         plan.limited_by = _BUDGET           # what stops admission while requests wait
-        if self._lazy and not self.block_ids:
+        if self._lazy and not self.block_ids and can_hold is None and self.stride == 1:
             return self._admit_lazy(plan, budget, now, _SEQS, _KV)
         while self.waiting and budget > 0:
             i = self.waiting[0]

@@ -117,7 +117,7 @@ class Stepper:
         # sliding / chunked layers are priced from each sequence's own context (kvsim.cost.layer_kinds)
         self._capped = getattr(cost, "capped", None) or None
         if self._capped is not None:
-            scheduler.keep_contexts_exact()
+            scheduler.track_capped_reads(self._capped.groups)
 
     # -- timing: the one place a step's duration is computed -------------------------------------
     def step_seconds(self, plan: StepPlan) -> float:
@@ -125,7 +125,7 @@ class Stepper:
         duration = self.cost.step_time(plan.prefill_tokens, plan.prefill_attn_tokens,
                                        plan.decode_seqs, plan.decode_context_tokens)
         if self._capped is not None:
-            duration += self._capped.time(*self.sched.step_contexts(plan))
+            duration += self._capped.time_reads(*self.sched.step_reads(plan))
         if plan.swap_tokens:
             swap = self.cost.swap_time(plan.swap_tokens, plan.swap_blocks)
             self.swap_s += swap

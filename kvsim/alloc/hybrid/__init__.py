@@ -5,14 +5,14 @@ sliding window, chunked local, Mamba) over one shared block pool, one block tabl
 allocator interface (kvsim/alloc/base.py) plus `can_hold` (the per-step check `Scheduler._admit` asks
 for when present), `group_stats` and `group_block_tables`. Plain Python; imports nothing of kvsim outside
 kvsim.alloc. Modules: `groups` (one small rules class per kind), `allocator` (the pool, tables, growth),
-`prefix` (prefix caching across groups), `windows` (the decode fast-forward), `accounting` (memory
-breakdown, invariants).
+`prefix` (prefix caching across groups), `windows` (the decode fast-forward), `ticks` (lazy decode
+ticks), `accounting` (memory breakdown, invariants).
 
 Supported: chunked prefill, recompute preemption, automatic prefix caching (not with Mamba groups),
 the engine's fast-forward windows. Refused with ValueError: more than one sequence per request (parallel
 samples, beam search: `peak_slots`, `fork`). Not vLLM's: swap preemption (vLLM V1 has none; a swap-in
-allocates a whole context at once, when `can_hold` says it fits). Absent: lazy decode ticks (`can_tick`:
-the scheduler takes its general path).
+allocates a whole context at once, when `can_hold` says it fits). Lazy decode ticks (`can_tick`, the
+scheduler's lazy decode steps: kvsim/engine/lazy_decode.py) are exact, as the paged allocator's.
 """
 
 from __future__ import annotations

@@ -98,6 +98,7 @@ class HybridAccounting(GroupedSequences):
     def check_invariants(self) -> None:
         """Assert pool conservation, table shapes per kind, sharing and the counters (slow; tests only)."""
         bs, ng, cache = self.block_size, len(self.rules), self._cache
+        self._check_ticks()             # (and brings every ticking sequence up to date)
         free = list(self._free)
         evictable = cache.evictable_blocks() if cache is not None else []
         assert len(set(free)) == len(free), "a block appears twice in the free list"

@@ -37,6 +37,7 @@ from ..prefix import PrefixCache
 from .accounting import HybridAccounting
 from .groups import NULL_BLOCK, GroupSpec, make_rules
 from .prefix import HybridPrefix
+from .ticks import HybridTicks
 from .windows import HybridWindows
 
 
@@ -53,9 +54,12 @@ class _Seq:
     hashes: list[int] = None  # prefix caching: hashes of its full blocks so far (shareable, then own)
     salt: int = 0             # its id: the key of its own blocks' hashes
     cached: list[int] = None  # per group: leading entries registered in the prefix cache
+    at: int = -1              # ticking (kvsim/alloc/hybrid/ticks.py): the tick `tokens` is as of; -1: not
+    due: int = -1             # ticking: the tick of its next event
+    key: int = 0              # ticking: its place in the order sequences started ticking
 
 
-class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
+class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows):
     """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
 
     `groups`: the KV cache groups in vLLM's group order. `max_model_len` and `max_in_flight_tokens`
@@ -105,6 +109,8 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         self._ref: dict[int, int] = {}       # prefix caching: held block -> holders
         self._chained: tuple[object, list[int]] = ((), [])        # last content ids -> chained hashes
         self._spec_groups_cached = self._spec_groups()
+        self._clock = self._ticking = self._joins = 0      # lazy decode ticks (HybridTicks)
+        self._due, self._pending = {}, None    # tick -> [(join key, sequence)]; a tick left half done
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -197,6 +203,7 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         """Whether `seq_id` can grow by `num_tokens` now. As in vLLM's `allocate_slots`, asking first
         frees the blocks that left its windows (never read again), so they count as free."""
         seq = self._seq(seq_id)
+        self._untick(seq)
         self._drop_skipped(seq)
         return self._need(seq, num_tokens) <= self.num_free_blocks
 
@@ -206,6 +213,7 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         seq = self._seq(seq_id)
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        self._untick(seq)
         self._drop_skipped(seq)
         need = self._need(seq, num_tokens)
         if need > self.num_free_blocks:
@@ -219,6 +227,9 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         grow (its window's blocks freed all the same, see `can_append`); returns how many grew
         (`copies` stays untouched: nothing is shared). A sequence before its `event` only counts."""
         seqs, quick = self._seqs, 0
+        if self._ticking:                # (not with ticks: they grow the same sequences)
+            for k in range(start, len(seq_ids)):
+                self._untick(self._seq(seq_ids[k]))
         for k in range(start, len(seq_ids)):
             seq = seqs.get(seq_ids[k]) or self._seq(seq_ids[k])
             tokens = seq.tokens
@@ -254,9 +265,11 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
     def free(self, seq_id: int) -> None:
         """Release all of `seq_id`'s blocks, group by group, each table's last block to the front of the
         free queue first (vLLM 0.33 reuses uncached blocks last in, first out)."""
-        seq = self._seqs.pop(seq_id, None)
+        seq = self._seqs.get(seq_id)
         if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
+        self._untick(seq)
+        del self._seqs[seq_id]
         bs = self.block_size
         for g, table in enumerate(seq.tables):
             held = table[seq.nulls[g]:]
@@ -279,7 +292,9 @@ class HybridAllocator(HybridAccounting, HybridPrefix, HybridWindows):
         blocks.extend(range(self._top, self._top + fresh))
         self._top += fresh
         if self._cache is not None:       # then the evictable cached blocks, least recently freed first
-            blocks.extend(self._cache.evict_lru() for _ in range(num - len(blocks)))
+            evict, ref = self._cache.evict_lru, self._ref
+            for _ in range(num - len(blocks)):
+                blocks.append(evict())
             for b in blocks:
-                self._ref[b] = 1
+                ref[b] = 1
         return blocks

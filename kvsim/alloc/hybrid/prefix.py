@@ -41,10 +41,26 @@ class HybridPrefix:
             hashes = hashes + unique_hashes(salt, len(hashes), num)
         return hashes
 
+    _hits_memo: tuple | None = None     # (num_tokens, block_hashes, seq_id, cache version, answer)
+
     def find_hits(self, num_tokens: int, block_hashes: Sequence[int] = (),
                   seq_id: int | None = None) -> tuple[int, list[list[int]]]:
         """(hit tokens, per group the hit table: cached blocks, NULL_BLOCK where no block is needed) for
-        a new sequence of `num_tokens`, at most num_tokens - 1 of them (the last is always computed)."""
+        a new sequence of `num_tokens`, at most num_tokens - 1 of them (the last is always computed).
+        The scheduler asks up to four times per admission with the cache unchanged: the last answer is
+        kept while the cache's `version` stays (a cache without one: never kept). Callers only read it."""
+        version, memo = getattr(self._cache, "version", None), self._hits_memo
+        if (version is not None and memo is not None and memo[3] == version and memo[0] == num_tokens
+                and memo[2] == seq_id and memo[1] is block_hashes):
+            return memo[4]
+        answer = self._find_hits(num_tokens, block_hashes, seq_id)
+        if version is not None:
+            self._hits_memo = (num_tokens, block_hashes, seq_id, version, answer)
+        return answer
+
+    def _find_hits(self, num_tokens: int, block_hashes: Sequence[int] = (),
+                   seq_id: int | None = None) -> tuple[int, list]:
+        """`find_hits`, worked out."""
         bs, cache = self.block_size, self._cache
         hashes = self._hashes(block_hashes, seq_id, (num_tokens - 1) // bs)
 

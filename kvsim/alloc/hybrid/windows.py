@@ -23,7 +23,8 @@ class HybridWindows:
         """File the computed tokens at which `seq`'s next one-token growth does more than count."""
         bs, tokens = self.block_size, seq.tokens
         event = tokens + NEVER
-        if self._cache is not None:     # its next full block is registered in the prefix cache
+        if self._cache is not None and seq.at < 0:   # its next full block is registered (not ticking:
+            # kvsim/alloc/hybrid/ticks.py registers a ticking sequence's blocks at its next event)
             event = -(-(tokens + 1) // bs) * bs - 1
         tables, nulls = seq.tables, seq.nulls
         for g in self._take_ids:        # (`next_take` of every taking kind: entries x block_size)
@@ -76,7 +77,10 @@ class HybridWindows:
         blocks the step takes (the blocks it frees are not counted: a safe, not always longest, window).
         When the free blocks cover every take of the window, a closed form says so; else the window's
         events are walked."""
-        seqs = [self._seq(s) for s in seq_ids]
+        return self._window([self._seq(s) for s in seq_ids], max_steps)
+
+    def _window(self, seqs: list, max_steps: int) -> int:
+        """`decode_window` of the live sequences `seqs` (up to date; in any order)."""
         steps = min([max_steps, *(s.final - s.tokens for s in seqs)])
         if steps < 1 or not seqs:
             return max(steps, 0)
@@ -126,6 +130,8 @@ class HybridWindows:
         """`steps` steps of `append_each(seq_ids)` within what `decode_window` allowed (blocks freed and
         taken in the same order); returns `stats()` after each step."""
         seqs = [self._seq(s) for s in seq_ids]
+        for seq in seqs:               # (not with ticks: they grow the same sequences)
+            self._untick(seq)
         start = [s.tokens for s in seqs]
         heap = [(s.event - c, k) for k, (s, c) in enumerate(zip(seqs, start)) if s.event - c < steps]
         heap.sort()

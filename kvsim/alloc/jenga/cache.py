@@ -63,7 +63,7 @@ class PageCache:
 class JengaPrefix:
     """`cached_tokens`, the gate with evictable pages, registration, release and eviction."""
 
-    find_hits = HybridPrefix.find_hits
+    find_hits = HybridPrefix._find_hits      # (worked out at each call: no answer kept)
     _hashes = HybridPrefix._hashes
     _spec_groups = HybridPrefix._spec_groups
 
