@@ -48,12 +48,16 @@ class Preemption:
             if swap and not self.prefill_left[i]:
                 self.swap_fallbacks += 1
                 plan.swap_fallbacks += 1
-            computed = self.kv_len[i] - self.prefill_left[i]   # the prompt once, each sample's outputs
-            dropped = computed + (self.n[i] - 1) * max(0, computed - self.prompt[i])
-            self.recomputed_tokens += dropped
-            plan.recomputed_tokens += dropped
-            self.prefill_left[i] = 0
-            self.waiting.appendleft(i)
+            self._to_recompute(i, plan)
+
+    def _to_recompute(self, i: int, plan: StepPlan) -> None:
+        """Drop request `i`'s KV (counted as recomputed) and queue it first to prefill again."""
+        computed = self.kv_len[i] - self.prefill_left[i]   # the prompt once, each sample's outputs
+        dropped = computed + (self.n[i] - 1) * max(0, computed - self.prompt[i])
+        self.recomputed_tokens += dropped
+        plan.recomputed_tokens += dropped
+        self.prefill_left[i] = 0
+        self.waiting.appendleft(i)
 
     def _swap_in(self, plan: StepPlan) -> None:
         """Bring swapped requests back FCFS while memory allows; they decode in this same step
@@ -71,7 +75,17 @@ class Preemption:
             if len(restored) < len(seqs):
                 for s in restored:
                     self.alloc.free(s)
-                break
+                if self.running:
+                    break
+                # nothing runs, so nothing will make room: a context that does not come back whole into
+                # this cache (the hybrid manager restores every window entry at once, a prefill only the
+                # window's) is recomputed instead of waiting forever, counted as a swap fallback
+                self.swapped.popleft()
+                self.swap_used -= kv * len(seqs)
+                self.swap_fallbacks += 1
+                plan.swap_fallbacks += 1
+                self._to_recompute(i, plan)
+                continue
             self.swapped.popleft()
             plan.allocated.extend((s, 0) for s in seqs)
             plan.swapped_in.append(i)
