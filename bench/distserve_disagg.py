@@ -83,10 +83,11 @@ def kvsim_configs(link: str):
 
 
 def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool, requests=None,
-            start_rps: float = 1.0) -> dict:
+            start_rps: float = 1.0, only: set[str] | None = None) -> dict:
     """Goodput per split (and colocated) on both simulators; `requests`: (arrival_s, prompt, output)
     arrays to use instead of the trace's first `n`; `start_rps`: where every search starts (the same
-    on both sides; a start near the answer saves doubling runs)."""
+    on both sides; a start near the answer saves doubling runs); `only`: the configurations to run
+    ('P:D' and/or 'coloc'; None: all), so that parts can run in parallel processes."""
     from kvsim.fleet.disagg import DisaggConfig
     from kvsim.fleet.disagg_slo import attainment, colocated_columns, goodput, run_disagg
     from kvsim.fleet.kv_link import get_link
@@ -116,6 +117,8 @@ def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool, requests=N
     try:
         for p in range(1, gpus):
             d = gpus - p
+            if only is not None and f"{p}:{d}" not in only:
+                continue
             split = DisaggConfig(cfg, cfg, p, d, get_link(link))
             ours, _ = goodput(timed("kvsim", lambda r: attainment(run_disagg(scaled(r), split).request_columns(),
                                                                  TTFT_SLO_S, TPOT_SLO_S)),
@@ -127,11 +130,13 @@ def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool, requests=N
                     start_rps=start_rps)
             rows.append({"prefill": p, "decode": d, "kvsim_goodput_rps": ours, "distserve_goodput_rps": theirs,
                          "distserve_attainment": {str(r): a for r, a in sorted(tried.items())}})
-        colo, _ = goodput(timed("kvsim", lambda r: attainment(colocated_columns(scaled(r), cfg, gpus),
-                                                             TTFT_SLO_S, TPOT_SLO_S)),
-                          TARGET, rel_tol=rel_tol, start_rps=start_rps)
-        colo_ds = None
-        if ds is not None:
+        colo = colo_ds = None
+        with_colo = only is None or "coloc" in only
+        if with_colo:
+            colo, _ = goodput(timed("kvsim", lambda r: attainment(colocated_columns(scaled(r), cfg, gpus),
+                                                                 TTFT_SLO_S, TPOT_SLO_S)),
+                              TARGET, rel_tol=rel_tol, start_rps=start_rps)
+        if ds is not None and with_colo:
             colo_att = timed("distserve", lambda r: ds.attainment(scaled(r).arrival_s, prompt, output, "vllm",
                                                                   replicas=gpus))
 
@@ -161,6 +166,7 @@ def main() -> None:
     ap.add_argument("--kv-link", default="nvlink")
     ap.add_argument("--rel-tol", type=float, default=0.05)
     ap.add_argument("--start-rps", type=float, default=1.0, help="rate every goodput search starts from")
+    ap.add_argument("--only", help="comma-separated configurations to run (e.g. 1:3,coloc); default all")
     ap.add_argument("--json", type=Path, help="write the result here")
     args = ap.parse_args()
     if not TRACE.exists():
@@ -170,7 +176,8 @@ def main() -> None:
     if not peer:
         print(f"DistServe skipped: {DISTSERVE} is not here")
     start = time.perf_counter()
-    res = compare(args.n, args.gpus, args.kv_link, args.rel_tol, peer, start_rps=args.start_rps)
+    res = compare(args.n, args.gpus, args.kv_link, args.rel_tol, peer, start_rps=args.start_rps,
+                  only=set(args.only.split(",")) if args.only else None)
     print(f"{args.n} Azure conversation requests, OPT-13B, {args.gpus} x A100-80GB (TP 1), "
           f"SLO TTFT {TTFT_SLO_S * 1000:.0f} ms / TPOT {TPOT_SLO_S * 1000:.0f} ms at {TARGET:.0%}")
     print(f"{'P:D':>5} {'kvsim goodput':>14} {'DistServe goodput':>18}   (req/s)")
@@ -179,10 +186,11 @@ def main() -> None:
         print(f"{r['prefill']}:{r['decode']:<3} {r['kvsim_goodput_rps']:>14.2f} {ds:>18}")
     c = res["colocated"]
     cds = "-" if c["distserve_goodput_rps"] is None else f"{c['distserve_goodput_rps']:.2f}"
-    print(f"{'coloc':>5} {c['kvsim_goodput_rps']:>14.2f} {cds:>18}   ({args.gpus} colocated replicas)")
+    if c["kvsim_goodput_rps"] is not None:
+        print(f"{'coloc':>5} {c['kvsim_goodput_rps']:>14.2f} {cds:>18}   ({args.gpus} colocated replicas)")
     ours = order(res["splits"], "kvsim_goodput_rps")
     print(f"kvsim order:     {' > '.join(ours)}")
-    if peer:
+    if peer and res["splits"]:
         theirs = order(res["splits"], "distserve_goodput_rps")
         print(f"DistServe order: {' > '.join(theirs)}")
         print(f"best split agrees: {ours[0] == theirs[0]}; full order agrees: {ours == theirs}")
