@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(trace: Path, tmp: Path, out: bool, profile: str | None = None) -> dict:
-    """One `kvsim run` in a fresh process: wall seconds, steps, peak RSS (MiB); `profile`: an
+    """One `kvsim run` in a fresh process: wall and CPU seconds (user + system: steadier than wall on a
+    shared machine), steps, peak RSS (MiB); `profile`: an
     `--engine-profile` (None: the default flags)."""
     summary = tmp / "s.json"
     cmd = [sys.executable, "-m", "kvsim.cli.app", "run", str(trace), "--kv-gib", "12", "--quiet",
@@ -37,13 +38,14 @@ def run(trace: Path, tmp: Path, out: bool, profile: str | None = None) -> dict:
     cmd += ["--engine-profile", profile] if profile else []
     code = ("import resource, subprocess, sys, time\nt = time.perf_counter()\n"
             "subprocess.run(sys.argv[1:], check=True)\n"
-            "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "print(time.perf_counter() - t, u.ru_maxrss, u.ru_utime + u.ru_stime)")
     res = subprocess.run([sys.executable, "-c", code, *cmd], check=True, text=True, stdout=subprocess.PIPE,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    wall, rss_kib = res.stdout.split()
+    wall, rss_kib, cpu = res.stdout.split()
     s = json.loads(summary.read_text())
     return {"requests": s["requests_total"], "finished": s["requests_finished"], "steps": s["engine_steps"],
-            "wall_s": float(wall), "peak_rss_mib": int(rss_kib) / 1024}
+            "wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mib": int(rss_kib) / 1024}
 
 
 def main() -> None:
@@ -59,16 +61,16 @@ def main() -> None:
     from kvsim.trace.jsonl import write_jsonl
     from kvsim.trace.synthetic import generate
 
-    print("profile | requests | finished | engine steps | wall s | peak RSS MiB | peak RSS MB")
+    print("profile | requests | finished | engine steps | wall s | CPU s | peak RSS MiB | peak RSS MB")
     with tempfile.TemporaryDirectory() as tmp:
         for num in ((args.requests,) if args.no_tenth else (args.requests // 10, args.requests)):
             path = Path(tmp) / f"alpaca-{num}.jsonl"
             write_jsonl(generate("alpaca", rate_rps=30.0, num_requests=num, seed=0), path)
             for profile in profiles:
                 r = run(path, Path(tmp), args.out, profile)
+                mb = r["peak_rss_mib"] * 2 ** 20 / 1e6
                 print(f"{profile or 'default (vllm-v1)'} | {r['requests']:,} | {r['finished']:,} | {r['steps']:,} | "
-                      f"{r['wall_s']:.1f} | {r['peak_rss_mib']:.0f} | {r['peak_rss_mib'] * 2**20 / 1e6:.0f}",
-                      flush=True)
+                      f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} | {mb:.0f}", flush=True)
             path.unlink()
 
 
