@@ -14,7 +14,8 @@ requests meet both SLOs, searched the same way on both sides (`kvsim.fleet.disag
 Colocated: G replicas of today's engine fed round-robin (kvsim) and DistServe's `VLLMCluster` with G
 instances (its least-loaded dispatch).
 
-Run: python bench/distserve_disagg.py [--n 300] [--gpus 4] [--start-rps 1] [--json out.json]
+Run: python bench/distserve_disagg.py [--n 300] [--gpus 4] [--start-rps 1] [--only 2:2,coloc] [--json out.json]
+     python bench/distserve_disagg.py --n 19366 --at-rate 4 [--only 2:2]   (attainment at one rate only)
 Prints one row per split and whether the two agree on the best split (and on the full order).
 """
 
@@ -154,6 +155,43 @@ def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool, requests=N
             "runs": {side: {"runs": k, "wall_s": round(w, 1)} for side, (k, w) in spent.items()}}
 
 
+def attainment_at(n: int, gpus: int, link: str, rate: float, only: set[str] | None) -> list[dict]:
+    """SLO attainment of each configuration at one rate (req/s) on both simulators, with the CPU seconds
+    of each run: for traces too long for a goodput search (the whole Azure trace)."""
+    import resource
+
+    from kvsim.fleet.disagg import DisaggConfig
+    from kvsim.fleet.disagg_slo import attainment, colocated_columns, run_disagg
+    from kvsim.fleet.kv_link import get_link
+    from kvsim.trace.table import Trace, rescale_trace
+
+    arrival, prompt, output = azure_requests(n)
+    trace = rescale_trace(Trace.from_arrays(arrival, prompt, output), rate_rps=rate)
+    cfg, rows = kvsim_configs(link)[0], []
+    names = [f"{p}:{gpus - p}" for p in range(1, gpus)] + ["coloc"]
+    for name in [x for x in names if only is None or x in only]:
+        start = time.process_time()
+        if name == "coloc":
+            cols = colocated_columns(trace, cfg, gpus)
+        else:
+            p = int(name.split(":")[0])
+            cols = run_disagg(trace, DisaggConfig(cfg, cfg, p, gpus - p, get_link(link))).request_columns()
+        ours, ours_s = attainment(cols, TTFT_SLO_S, TPOT_SLO_S), time.process_time() - start
+        ds, before = DistServe(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        if name == "coloc":
+            theirs = ds.attainment(trace.arrival_s, prompt, output, "vllm", replicas=gpus)
+        else:
+            theirs = ds.attainment(trace.arrival_s, prompt, output, "distserve", p, gpus - p)
+        ds.close()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rows.append({"config": name, "rate_rps": rate, "kvsim_attainment": ours, "kvsim_cpu_s": round(ours_s, 1),
+                     "distserve_attainment": theirs, "distserve_cpu_s": round(
+                         after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 1)})
+        print(f"{name:>5} at {rate:g} req/s: kvsim {ours:.3f} ({ours_s:.0f} s CPU), DistServe {theirs:.3f} "
+              f"({rows[-1]['distserve_cpu_s']:.0f} s CPU, one process)", flush=True)
+    return rows
+
+
 def order(rows: list[dict], key: str) -> list[str]:
     """Splits from most to least goodput ('P:D')."""
     return [f"{r['prefill']}:{r['decode']}" for r in sorted(rows, key=lambda r: -r[key])]
@@ -167,6 +205,8 @@ def main() -> None:
     ap.add_argument("--rel-tol", type=float, default=0.05)
     ap.add_argument("--start-rps", type=float, default=1.0, help="rate every goodput search starts from")
     ap.add_argument("--only", help="comma-separated configurations to run (e.g. 1:3,coloc); default all")
+    ap.add_argument("--at-rate", type=float, help="no goodput search: attainment of each configuration at "
+                    "this rate (req/s) on both simulators, with CPU seconds per run")
     ap.add_argument("--json", type=Path, help="write the result here")
     args = ap.parse_args()
     if not TRACE.exists():
@@ -175,9 +215,15 @@ def main() -> None:
     peer = DISTSERVE.exists()
     if not peer:
         print(f"DistServe skipped: {DISTSERVE} is not here")
+    only = set(args.only.split(",")) if args.only else None
+    if args.at_rate is not None:
+        rows = attainment_at(args.n, args.gpus, args.kv_link, args.at_rate, only)
+        if args.json:
+            args.json.write_text(json.dumps(rows) + "\n")
+        return
     start = time.perf_counter()
     res = compare(args.n, args.gpus, args.kv_link, args.rel_tol, peer, start_rps=args.start_rps,
-                  only=set(args.only.split(",")) if args.only else None)
+                  only=only)
     print(f"{args.n} Azure conversation requests, OPT-13B, {args.gpus} x A100-80GB (TP 1), "
           f"SLO TTFT {TTFT_SLO_S * 1000:.0f} ms / TPOT {TPOT_SLO_S * 1000:.0f} ms at {TARGET:.0%}")
     print(f"{'P:D':>5} {'kvsim goodput':>14} {'DistServe goodput':>18}   (req/s)")
