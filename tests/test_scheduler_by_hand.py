@@ -444,7 +444,7 @@ def test_admission_stops_at_max_num_seqs(lazy):
     steps = _run(s)
     assert [(p.prefills, p.limited_by) for p, _, _ in steps] == [
         ([(0, 4), (1, 4)], SEQS), ([], SEQS), ([(2, 4)], BUDGET), ([], BUDGET)]
-    assert s.admitted_s == [0.0, 0.0, 2.0]
+    assert list(s.admitted_s) == [0.0, 0.0, 2.0]
 
 
 @pytest.mark.parametrize("lazy", [False, True])
@@ -455,7 +455,7 @@ def test_admission_stops_at_the_token_budget(lazy):
     steps = _run(s)
     assert [(p.prefills, p.limited_by) for p, _, _ in steps[:3]] == [
         ([(0, 6)], BUDGET), ([(1, 5), (2, 4)], BUDGET), ([(3, 4)], BUDGET)]
-    assert s.admitted_s == [0.0, 1.0, 1.0, 2.0]
+    assert list(s.admitted_s) == [0.0, 1.0, 1.0, 2.0]
 
 
 @pytest.mark.parametrize("lazy", [False, True])
@@ -477,7 +477,7 @@ def test_separate_prompt_steps():
     assert [(p.prefills, p.decodes, p.limited_by, p.batch_requests) for p, _, _ in steps] == [
         ([(0, 4), (1, 4)], [], SEQS, 2), ([], [0, 1], SEQS, 2), ([], [0, 1], SEQS, 2),
         ([(2, 4)], [], BUDGET, 1), ([], [2], 0, 1)]
-    assert s.admitted_s == [0.0, 0.0, 3.0]
+    assert list(s.admitted_s) == [0.0, 0.0, 3.0]
 
 
 def test_prefix_hits_add_up_over_admissions():

@@ -1,10 +1,10 @@
 """Per-request state and the request lifecycle every batching policy shares. Plain Python, no SimPy.
 
-`RequestState` keeps one column per field (a list indexed by request), not one object per request,
-so a million-request trace costs a few lists. `SchedulerBase` owns it with the queues: arrivals and
-rejection, token emission and retirement, and the read-only queries the stepper, metrics and the
-GPU harness use (nobody else reads the columns or calls the allocator). Policies subclass it
-(`kvsim.engine.scheduler.Scheduler`, `kvsim.engine.static_batching.StaticScheduler`) and implement `schedule`.
+`RequestState` keeps one column per field (a list indexed by request; event times `array('d')`: 8 bytes
+a request, not a list slot and a 24-byte float), not one object per request. `SchedulerBase` owns it
+with the queues: arrivals and rejection, token emission and retirement, and the read-only queries the
+stepper, metrics and the GPU harness use (nobody else reads the columns or calls the allocator).
+Policies (`kvsim.engine.scheduler.Scheduler`, `...static_batching.StaticScheduler`) implement `schedule`.
 
 Units: tokens and seconds (NaN until the event happens). `status` is one of `FINISHED`, `REJECTED`,
 `PENDING` (not finished when the run ended).
@@ -12,6 +12,7 @@ Units: tokens and seconds (NaN until the event happens). `status` is one of `FIN
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -48,9 +49,8 @@ class RequestState:
         self.prefill_left = [0] * num       # prompt tokens still to compute (chunked prefill)
         self.kv_len = [0] * num             # KV slots each of the request's sequences holds
         self.preemptions = [0] * num
-        self.admitted_s = [float("nan")] * num
-        self.first_token_s = [float("nan")] * num
-        self.finished_s = [float("nan")] * num
+        self.admitted_s = array("d", [float("nan")]) * num
+        self.first_token_s, self.finished_s = array("d", self.admitted_s), array("d", self.admitted_s)
         self.status = [PENDING] * num
         self.reason = [""] * num
 

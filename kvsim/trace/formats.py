@@ -20,15 +20,19 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from kvsim.trace.azure_csv import read_plain_azure
 from kvsim.trace.table import Trace
 from kvsim.trace.text import (DuplicateKeyError, TraceError, check_trace_file, json_objects, text_lines,
                               unique_keys)
 from kvsim.trace.jsonl import MOONCAKE_BLOCK, read_jsonl
 from kvsim.trace.synthetic import poisson_arrivals
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("auto", "jsonl", "azure", "mooncake", "vidur")
 MOONCAKE_HASH_BLOCK_SIZE = 512     # tokens per Mooncake hash_ids block
@@ -98,6 +102,13 @@ def read_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
         return trace, ConversionReport(path.name, fmt, len(trace))
     if fmt == "mooncake":
         return _read_mooncake(path)
+    plain = read_plain_azure(path) if fmt == "azure" else None
+    if plain is not None:       # the common well-formed file, read without importing pandas
+        seconds, prompt, output = plain
+        _check_order(path, "TIMESTAMP", seconds, " (from the first row)")
+        return _build(path, fmt, seconds, prompt, output)
+    import pandas as pd         # here, not at the top: importing pandas costs more than a small run
+
     frame = _read_csv(path, AZURE_COLUMNS if fmt == "azure" else VIDUR_COLUMNS)
     if fmt == "azure":
         stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
@@ -125,6 +136,8 @@ def load_trace(path: str | Path, format: str = "auto", *, rate: float | None = N
 
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path, dtype=str, skipinitialspace=True, encoding="utf-8-sig")
     except UnicodeDecodeError:
@@ -149,6 +162,8 @@ def _first_bad(path: Path, field: str, bad: np.ndarray, values: pd.Series, rule:
 
 
 def _numbers(path: Path, field: str, values: pd.Series) -> np.ndarray:
+    import pandas as pd
+
     x = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
     _first_bad(path, field, ~np.isfinite(x) | (x < 0), values, "a finite number >= 0")
     return x
@@ -163,25 +178,31 @@ def _check_order(path: Path, field: str, seconds: np.ndarray, origin: str) -> No
                          f"{seconds[i]:.6f} s after {seconds[i - 1]:.6f} s{origin}")
 
 
-def _lengths(path: Path, field: str, values: pd.Series) -> tuple[np.ndarray, int]:
-    """Token counts as int64 with 0 clamped to 1; returns the array and how many were clamped."""
+def _lengths(path: Path, field: str, values: pd.Series) -> np.ndarray:
+    """Token counts as int64 (a 0 kept: `_build` clamps and counts it)."""
     x = _numbers(path, field, values)
     _first_bad(path, field, x != np.floor(x), values, "an integer >= 0 (tokens)")
-    tokens = x.astype(np.int64)
-    zeros = tokens == 0
-    tokens[zeros] = 1
-    return tokens, int(zeros.sum())
+    return x.astype(np.int64)
 
 
 def _finish(path: Path, fmt: str, seconds: np.ndarray, prompt: pd.Series, output: pd.Series,
             hashes: list[list[int]] | None = None, hash_block_size: int | None = None,
             arrivals: str = "from the file") -> tuple[Trace, ConversionReport]:
     """Clamp lengths (CSV line numbers in errors) and build the trace with its report."""
-    p, p_zero = _lengths(path, str(prompt.name), prompt)
-    o, o_zero = _lengths(path, str(output.name), output)
-    trace = Trace.from_arrays(seconds, p, o, block_hashes=hashes, hash_block_size=hash_block_size,
+    p = _lengths(path, str(prompt.name), prompt)
+    o = _lengths(path, str(output.name), output)
+    return _build(path, fmt, seconds, p, o, hashes, hash_block_size, arrivals)
+
+
+def _build(path: Path, fmt: str, seconds: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+           hashes: list[list[int]] | None = None, hash_block_size: int | None = None,
+           arrivals: str = "from the file") -> tuple[Trace, ConversionReport]:
+    """The trace of checked int64 token counts, a length of 0 clamped to 1 and counted in the report."""
+    p_zero, o_zero = prompt == 0, output == 0
+    prompt, output = np.where(p_zero, 1, prompt), np.where(o_zero, 1, output)
+    trace = Trace.from_arrays(seconds, prompt, output, block_hashes=hashes, hash_block_size=hash_block_size,
                               source=path.name)
-    return trace, ConversionReport(path.name, fmt, len(trace), p_zero, o_zero, arrivals)
+    return trace, ConversionReport(path.name, fmt, len(trace), int(p_zero.sum()), int(o_zero.sum()), arrivals)
 
 
 def _read_mooncake(path: Path) -> tuple[Trace, ConversionReport]:
@@ -213,5 +234,6 @@ def _read_mooncake(path: Path) -> tuple[Trace, ConversionReport]:
     if not stamps:
         raise TraceError(f"{path}:1: empty file, no requests")
     seconds = (np.array(stamps, dtype=np.float64) - stamps[0]) / 1000.0
-    return _finish(path, "mooncake", seconds, pd.Series(prompt, name="input_length"),
-                   pd.Series(output, name="output_length"), hashes, MOONCAKE_HASH_BLOCK_SIZE)
+    # checked above as whole numbers >= 0; through float64 as the CSV readers' pd.to_numeric goes
+    return _build(path, "mooncake", seconds, np.array(prompt, dtype=np.float64).astype(np.int64),
+                  np.array(output, dtype=np.float64).astype(np.int64), hashes, MOONCAKE_HASH_BLOCK_SIZE)
