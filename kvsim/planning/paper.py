@@ -5,7 +5,8 @@ Setups of the paper's Table 1: OPT-13B on 1 x A100-40GB (12 GiB of KV), OPT-66B 
 normalized latency against request rate for static batching, contiguous max/pow2/oracle and paged; the
 memory breakdown and mean batched requests per system at one rate; a block-size sweep; recompute against
 swap over block sizes; for OPT-13B the same capacity, batch, block-size and swap studies again under the
-low and high CPU-time variants of the main profile (`variants`). Every run goes through `run_sweep`.
+low and high CPU-time variants of the main profile (`variants`). Every run is a sweep point, and all
+of them run as one pool (`kvsim.planning.sweep.run_points`), each distinct run once.
 Traces last one hour as in the paper unless `duration_s` says otherwise (shorter traces soften the
 latency explosion past capacity but keep the knee).
 """
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvsim.planning.runs import SYSTEMS as RUN_SYSTEMS, run_flags
-from kvsim.planning.sweep import run_sweep
+from kvsim.planning.sweep import run_points
+from kvsim.planning.sweep_grid import grid_points
 
 #: The paper's deployments (Table 1) as run flags.
 SETUPS: dict[str, dict] = {
@@ -81,12 +83,49 @@ def engine_profiles() -> tuple[str | None, str | None]:
     return ("vllm-2023", "vllm-v1") if "engine_profile" in run_flags() else (None, None)
 
 
-def _sweep(grid: dict, base: dict, workers: int | None) -> pd.DataFrame:
-    df = run_sweep(grid, base, workers=workers)
-    bad = df[df.status != "ok"]
-    if len(bad):
-        raise ValueError(f"paper run failed ({bad.error.iloc[0]}) at {bad.iloc[0].get('run_id')}")
-    return df
+class _Runs:
+    """Every sweep of a study, run as one pool of points (`run_points`: no worker idles at the end of
+    each grid; a run two grids share is made once), the most expensive first."""
+
+    def __init__(self) -> None:
+        self.sweeps: list[list[dict]] = []
+        self.rows: list[list[dict]] = []
+
+    def add(self, grid: dict, base: dict) -> int:
+        """Queue `grid` over `base` (as `run_sweep`); its index for `frame`."""
+        self.sweeps.append(grid_points(grid, base))
+        return len(self.sweeps) - 1
+
+    def run(self, workers: int | None) -> None:
+        points = [p for sweep in self.sweeps for p in sweep]
+        order = sorted(range(len(points)), key=lambda k: -_cost(points[k]))
+        made = run_points([points[k] for k in order], workers=workers)
+        rows: list[dict] = [{}] * len(points)
+        for k, row in zip(order, made):
+            rows[k] = row
+        at = 0
+        for sweep in self.sweeps:
+            self.rows.append(rows[at:at + len(sweep)])
+            at += len(sweep)
+
+    def frame(self, index: int) -> pd.DataFrame:
+        """The table of sweep `index` (as `run_sweep` returns it); ValueError if a run failed."""
+        df = pd.DataFrame(self.rows[index])
+        bad = df[df.status != "ok"]
+        if len(bad):
+            raise ValueError(f"paper run failed ({bad.error.iloc[0]}) at {bad.iloc[0].get('run_id')}")
+        return df
+
+
+#: Mean prompt + output tokens of the presets (DESIGN.md): with the rate, a point's expected cost.
+_TOKENS = {"sharegpt": 161.31 + 337.99, "alpaca": 19.31 + 58.45}
+
+
+def _cost(point: dict) -> float:
+    """A point's relative run time, to start the longest first: tokens per second of its workload,
+    static batching first (one decode step per token of its longest request)."""
+    work = float(point.get("rate", 1.0)) * _TOKENS.get(point.get("preset"), 100.0)
+    return work * (10.0 if point.get("batching") == "static" else 1.0)
 
 
 def capacity(curve: pd.DataFrame, threshold: float) -> float:
@@ -119,50 +158,62 @@ class PaperResults:
     variants: dict = field(default_factory=dict)
 
 
-def _block_and_swap(plan: PaperPlan, extra: dict, workers: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """OPT-13B's block-size sweep per preset and its recompute-against-swap sweep under `extra` flags."""
+def _block_and_swap(plan: PaperPlan, extra: dict, runs: _Runs) -> tuple[list[tuple[int, str]], int]:
+    """Queue OPT-13B's block-size sweep per preset and its recompute-against-swap sweep under `extra`
+    flags: ((index, preset) per block-size sweep, the swap sweep's index)."""
     base13 = {**SETUPS["OPT-13B"], "duration_s": plan.duration_s, "seed": plan.seed, **extra,
               "allocator": "paged"}
-    blocks = pd.concat([_sweep({"block_size": list(plan.block_sizes)},
-                               {**base13, "preset": p, "rate": r}, workers).assign(preset=p)
-                        for p, r in plan.block_rate.items()], ignore_index=True)
-    swap = _sweep({"preemption": ["recompute", "swap"], "block_size": list(plan.block_sizes)},
-                  {**base13, "preset": "sharegpt", "rate": plan.swap_rate}, workers)
+    blocks = [(runs.add({"block_size": list(plan.block_sizes)}, {**base13, "preset": p, "rate": r}), p)
+              for p, r in plan.block_rate.items()]
+    swap = runs.add({"preemption": ["recompute", "swap"], "block_size": list(plan.block_sizes)},
+                    {**base13, "preset": "sharegpt", "rate": plan.swap_rate})
     return blocks, swap
 
 
+def _blocks_frame(runs: _Runs, queued: tuple[list[tuple[int, str]], int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    blocks, swap = queued
+    return (pd.concat([runs.frame(i).assign(preset=p) for i, p in blocks], ignore_index=True),
+            runs.frame(swap))
+
+
 def run_paper(plan: PaperPlan = FULL, workers: int | None = None) -> PaperResults:
-    """Run every experiment of `plan` (each grid with `workers` processes; None: all cores)."""
+    """Run every experiment of `plan` (all its runs as one pool of `workers` processes; None: all
+    cores)."""
     start = time.perf_counter()
     profile, side = engine_profiles()
     extra = {"engine_profile": profile} if profile else {}
-    frames = []
+    runs = _Runs()
+    curves_at: list[tuple[int, dict]] = []
     for setup in plan.setups:
         for preset in ("sharegpt", "alpaca"):
             rates = list(plan.rates[(setup, preset)])
             base = {**SETUPS[setup], "preset": preset, "duration_s": plan.duration_s, "seed": plan.seed,
                     **extra}
             for name, flags in SYSTEMS.items():
-                df = _sweep({"rate": rates}, {**base, **flags}, workers)
-                frames.append(df.assign(setup=setup, system=name, profile=profile or "default"))
+                curves_at.append((runs.add({"rate": rates}, {**base, **flags}),
+                                  dict(setup=setup, system=name, profile=profile or "default")))
             if side:
-                df = _sweep({"rate": rates}, {**base, **SYSTEMS["vLLM (paged)"], "engine_profile": side},
-                            workers)
-                frames.append(df.assign(setup=setup, system=f"vLLM (paged, {side})", profile=side))
-    curves = pd.concat(frames, ignore_index=True)
-    blocks, swap = _block_and_swap(plan, extra, workers)
-    variants = {}
+                curves_at.append((runs.add({"rate": rates}, {**base, **SYSTEMS["vLLM (paged)"],
+                                                             "engine_profile": side}),
+                                  dict(setup=setup, system=f"vLLM (paged, {side})", profile=side)))
+    main_blocks = _block_and_swap(plan, extra, runs)
+    variants_at = {}
     for v in (plan.variants if profile and "OPT-13B" in plan.setups else ()):
         name = f"{profile}:{v}"
-        vframes = []
+        vcurves = []
         for preset in ("sharegpt", "alpaca"):
             base = {**SETUPS["OPT-13B"], "preset": preset, "duration_s": plan.duration_s, "seed": plan.seed,
                     "engine_profile": name}
             for system in VARIANT_SYSTEMS:
-                df = _sweep({"rate": list(plan.rates[("OPT-13B", preset)])}, {**base, **SYSTEMS[system]}, workers)
-                vframes.append(df.assign(setup="OPT-13B", system=system, profile=name))
-        variants[name] = (pd.concat(vframes, ignore_index=True),
-                          *_block_and_swap(plan, {"engine_profile": name}, workers))
+                vcurves.append((runs.add({"rate": list(plan.rates[("OPT-13B", preset)])},
+                                         {**base, **SYSTEMS[system]}),
+                                dict(setup="OPT-13B", system=system, profile=name)))
+        variants_at[name] = (vcurves, _block_and_swap(plan, {"engine_profile": name}, runs))
+    runs.run(workers)
+    curves = pd.concat([runs.frame(i).assign(**tags) for i, tags in curves_at], ignore_index=True)
+    blocks, swap = _blocks_frame(runs, main_blocks)
+    variants = {name: (pd.concat([runs.frame(i).assign(**tags) for i, tags in vc], ignore_index=True),
+                       *_blocks_frame(runs, vb)) for name, (vc, vb) in variants_at.items()}
     return PaperResults(plan, profile, side, curves, blocks, swap, capacities(curves),
                         time.perf_counter() - start, variants)
 
