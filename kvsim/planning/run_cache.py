@@ -7,7 +7,8 @@ A run is identified by everything that decides its result and nothing else (`poi
   engine profile, a calibration's numbers), so `block_size=16` and the default of 16 are one run;
 - the workload: a preset's generator arguments (preset, rate, duration or request count, seed, time
   scale: the generator is deterministic), or a trace's content (every column, `source` excepted) with
-  the point's cut and rescaling (`max_requests`, `rate`, `time_scale`, `duration_s`);
+  the point's cut and rescaling (`max_requests`, `rate`, `time_scale`, `duration_s`), and where the
+  run may stop (`stop_above_s_per_token`: a run stopped early is not the whole run);
 - the fleet and disaggregation keys of the point;
 - the engine-profile fingerprint (`kvsim.planning.provenance.profile_fingerprint`).
 What a hit returns is the pair of column sets `kvsim.planning.sweep.run_point` merges into a row (the
@@ -71,22 +72,25 @@ def _workload_id(point: Mapping[str, Any], trace: Trace | None) -> tuple:
         count = point.get("num_requests")
         duration = None if count is not None else float(point.get("duration_s", 3600.0))
         return ("preset", str(point["preset"]), float(point.get("rate", 2.0)), duration,
-                None if count is None else int(count), int(point.get("seed", 0)), num("time_scale"))
+                None if count is None else int(count), int(point.get("seed", 0)), num("time_scale"),
+                num("stop_above_s_per_token"))
     if trace is None:
         raise ValueError("a trace point needs its trace")
     cut = point.get("max_requests")
     return ("trace", trace_digest(trace), None if cut is None else int(cut), num("rate"), num("time_scale"),
-            num("duration_s"))
+            num("duration_s"), num("stop_above_s_per_token"))
 
 
 def point_key(point: Mapping[str, Any], trace: Trace | None) -> str | None:
     """The key of `point`'s run (`trace`: the trace it replays, None for a preset); None when the point
-    cannot be keyed (its flags are refused: it runs and fails as a row of its own)."""
+    cannot be keyed (its flags are refused: it runs and fails as a row of its own) or sharing is off."""
     from kvsim.planning.provenance import profile_fingerprint
     from kvsim.planning.runs import make_config
     from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS
     from kvsim.fleet.config import FLEET_FLAGS
 
+    if not _ENABLED[0]:
+        return None
     try:
         flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS
                  and k not in FLEET_FLAGS}
@@ -117,6 +121,28 @@ def store(key: str | None, parts: tuple[dict, dict] | None) -> None:
     _RUNS.move_to_end(key)
     while len(_RUNS) > MAX_RUNS:
         _RUNS.popitem(last=False)
+
+
+def keep_run(flags: Mapping[str, Any], trace: Trace, summary: dict) -> None:
+    """Keep a run made outside a sweep (`kvsim.simulate` of `trace` under run `flags`, its `summary`) as
+    the sweep point of those flags on that trace would have made it: the configuration's columns are
+    those of the point's flags as a grid reads them (`grid_points`)."""
+    from kvsim.planning.runs import config_row, make_config, summary_row
+    from kvsim.planning.sweep_grid import grid_points
+
+    if not _ENABLED[0]:
+        return
+    try:
+        point = grid_points({"seed": [flags.get("seed", 0)]}, {k: v for k, v in flags.items() if v is not None})[0]
+        config = make_config(None, **point)
+        if pickle.dumps(config, protocol=5) != pickle.dumps(make_config(None, **flags), protocol=5):
+            return                                  # the grid reads a flag otherwise: not the same run
+        key = point_key(point, trace)
+        parts = (config_row(config), summary_row(summary))
+    except Exception:  # noqa: BLE001 - a run that cannot be keyed is simply not shared
+        return
+    parts[1]["wall_s"] = summary.get("sim_wall_s", 0.0)
+    store(key, parts)
 
 
 def clear() -> None:

@@ -132,7 +132,8 @@ def _run(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace
     return df
 
 
-def run_points(points: list[dict], *, trace: Trace | None = None, workers: int | None = None) -> list[dict]:
+def run_points(points: list[dict], *, trace: Trace | None = None,
+               workers: int | None = None) -> list[dict]:
     """Rows of explicit points (each as `grid_points` makes them; a point listed twice, or two points
     that make the same run, run once), in order, on `workers` processes (default all cores): several
     grids of one study run as one pool, so no worker idles while a grid's last run ends."""

@@ -85,6 +85,9 @@ def run_point_parts(point: Mapping[str, Any], trace: Trace | None = None,
         if point.get("prefill_replicas") is not None or point.get("decode_replicas") is not None:
             from kvsim.fleet.disagg_plan import disagg_row
             parts = (config_row(cfg), disagg_row(tr, cfg, point))
+        elif point.get("stop_above_s_per_token") is not None and fleet_from_flags(point) is None:
+            from kvsim.planning.latency_ceiling import run_capped
+            parts = (config_row(cfg), summary_row(run_capped(tr, cfg, point["stop_above_s_per_token"])[0]))
         else:
             summary = run_summary(tr, cfg, fleet_from_flags(point))    # a row needs the summary only
             parts = (config_row(cfg), summary_row(summary))
