@@ -56,7 +56,7 @@ def trace_digest(trace: Trace) -> str:
         else:
             digest.update(repr(value).encode())
     text = digest.hexdigest()
-    if len(_TRACE_DIGESTS) >= 64:
+    if len(_TRACE_DIGESTS) >= 8:                     # (each keeps its trace alive)
         _TRACE_DIGESTS.clear()
     _TRACE_DIGESTS[id(trace)] = (trace, text)
     return text
