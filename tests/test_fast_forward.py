@@ -35,6 +35,8 @@ CONFIGS = {
     "contiguous-pow2-first-fit": ({"allocator": "contiguous", "reserve": "pow2", "placement": "first-fit"}, {}),
     "contiguous-oracle": ({"allocator": "contiguous", "reserve": "oracle"}, {}),
     "static": ({"allocator": "contiguous", "reserve": "max"}, {"batching": "static"}),
+    "static-pow2": ({"allocator": "contiguous", "reserve": "pow2"}, {"batching": "static"}),
+    "static-paged": ({}, {"batching": "static"}),
 }
 
 

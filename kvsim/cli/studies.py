@@ -21,6 +21,9 @@ def paper_cmd(
                                "(seconds; for tests)."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Trace length per run, seconds "
                                              "(default: one hour, as the paper; 30 with --quick)."),
+    whole_runs: bool = typer.Option(False, "--whole-runs", help="Run every latency-curve point to its end "
+                                    "(default: a point past a knee stops once surely above the plots' 1 "
+                                    "s/token ceiling and shows as '> 1'; capacities are the same)."),
     workers: Optional[int] = WorkersOpt, force: bool = ForceOpt,
 ) -> None:
     """The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate
@@ -36,7 +39,7 @@ def paper_cmd(
         if duration is not None:
             bounds.duration(duration, "--duration")
             plan = _replace(plan, duration_s=duration)
-        res = run_paper(plan, workers=workers or os.cpu_count())
+        res = run_paper(plan, workers=workers or os.cpu_count(), ceiling=not whole_runs)
         _write_report(paper_report(res), out, force, "-o")
     typer.echo(f"wrote {out}/report.md and {out}/report.html ({res.wall_s:.0f} s of runs)")
 

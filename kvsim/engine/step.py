@@ -193,6 +193,9 @@ class Stepper:
         """After step `last` ended at `now`, with arrivals before index `next_arrival` queued: the
         next steady decode steps as one plan (at least two), or None."""
         sched, times = self.sched, self.arrivals
+        own = getattr(sched, "batch_window", None)      # static batching's windows (its own rules)
+        if own is not None:
+            return own(self, last, now, next_arrival)
         if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped):
             return None      # the next step may admit or swap in (else it only decodes: steady)
         if not last.waiting[-1] and (sched.waiting or (next_arrival < len(times)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kvsim.planning import figures
-from kvsim.planning.paper import KNEE_FACTOR, SETUPS, SYSTEMS, PaperResults
+from kvsim.planning.paper import CEILING_S_PER_TOKEN, KNEE_FACTOR, SETUPS, SYSTEMS, PaperResults
 from kvsim.planning.paper_diff import difference_table, opt13b_numbers, variant_table
 from kvsim.planning.report import Report
 
@@ -56,6 +56,23 @@ def _ratio_table(caps: pd.DataFrame, curves: pd.DataFrame | None = None) -> pd.D
     return pd.DataFrame(rows)
 
 
+def _latency_figure(g: pd.DataFrame, above: pd.DataFrame, title: str):
+    """Normalized latency against rate per system, the y axis cut at the ceiling; the points stopped
+    above it (`above`) drawn at the ceiling with a ^ marker."""
+    plot = g
+    if len(above):
+        plot = pd.concat([g, above[["system", "rate"]].assign(normalized_latency_s_per_token=CEILING_S_PER_TOKEN)],
+                         ignore_index=True)         # (each line is sorted by rate where it is drawn)
+    fig = figures.latency_vs_rate(plot, rate="rate", title=title, ymax=CEILING_S_PER_TOKEN)
+    if len(above):
+        ax = fig.axes[0]
+        colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+        for name, part in above.groupby("system", sort=False):
+            ax.plot(part.rate, [CEILING_S_PER_TOKEN] * len(part), "^", ms=6, clip_on=False,
+                    color=colours.get(name))
+    return fig
+
+
 def _at_rate(r: PaperResults) -> pd.DataFrame:
     """Rows of the main profile at each (setup, preset)'s table rate."""
     parts = []
@@ -93,11 +110,27 @@ def paper_report(r: PaperResults, title: str = "The vLLM paper's experiments in 
     rep.table("capacity", ratios, "capacity (req/s) per system and the ratio paged : oracle : pow2 : max "
                                   "(Orca Max = 1); none (< R): not sustained even at R, the lowest rate tried")
     rep.paragraph("**Published:** " + PUBLISHED["capacity"])
+    above = r.above[r.above.profile.isin(set(r.curves.profile))] if len(r.above) else r.above
+    if len(r.above):
+        rep.paragraph(f"{len(r.above)} curve points (variants' included) were stopped once their normalized "
+                      f"latency was surely above {CEILING_S_PER_TOKEN:g} s/token, the plots' ceiling (a "
+                      "lower bound from the requests finished and waiting passed it; "
+                      "`kvsim.planning.latency_ceiling`): the table says \"> "
+                      f"{CEILING_S_PER_TOKEN:g}\" for them and the plots draw them at the ceiling (^). "
+                      "Each curve's first point past the knee, and every point at a table's rate, ran to "
+                      "its end, so the capacities and every other table are those of whole runs.")
     for (setup, preset), g in r.curves.groupby(["setup", "preset"], sort=False):
-        rep.figure(f"latency_{setup}_{preset}".lower().replace("-", ""), figures.latency_vs_rate(
-            g, rate="rate", title=f"{setup}, {preset}-like", ymax=1.0))
-    curves = r.curves.pivot_table(index=["setup", "preset", "rate"], columns="system",
-                                  values="normalized_latency_s_per_token", sort=False).reset_index()
+        up = above[(above.setup == setup) & (above.preset == preset)] if len(above) else above
+        rep.figure(f"latency_{setup}_{preset}".lower().replace("-", ""), _latency_figure(
+            g, up, f"{setup}, {preset}-like"))
+    keys = ["setup", "preset", "rate", "system", "normalized_latency_s_per_token"]
+    both = r.curves[keys]
+    if len(above):
+        both = pd.concat([both.astype({keys[-1]: object}),
+                          above[keys[:-1]].assign(**{keys[-1]: f"> {CEILING_S_PER_TOKEN:g}"})], ignore_index=True)
+    curves = both.pivot_table(index=["setup", "preset", "rate"], columns="system", sort=False,
+                              values="normalized_latency_s_per_token",
+                              **({"aggfunc": "first"} if len(above) else {})).reset_index()
     setups, presets = list(dict.fromkeys(r.curves.setup)), list(dict.fromkeys(r.curves.preset))
     curves = curves.assign(_s=curves.setup.map(setups.index), _p=curves.preset.map(presets.index))
     curves = curves.sort_values(["_s", "_p", "rate"]).drop(columns=["_s", "_p"])

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from kvsim.planning import figures
+from kvsim.planning import figures, run_cache
 from kvsim.planning.metric_labels import value_label
 from kvsim.planning.report import Report
 from kvsim.planning.runs import SYSTEMS, make_config
@@ -50,6 +50,8 @@ def systems_section(report: Report, trace: Trace, flags: dict, systems: dict[str
     batch and preemption figures. Returns the summaries by system."""
     results = {name: simulate(trace, make_config(**{**flags, **extra})) for name, extra in systems.items()}
     summaries = {name: r.summary for name, r in results.items()}
+    for name, extra in systems.items():          # the tuner's run at the same block size is this one
+        run_cache.keep_run({**flags, **extra}, trace, results[name].summary)
     rows = []
     for name, s in summaries.items():
         flat = _flat(s)

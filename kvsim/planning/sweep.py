@@ -16,93 +16,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from kvsim.engine.config import SimConfig
-from kvsim.planning import sweep_store as store
+from kvsim.planning import run_cache, sweep_store as store
 from kvsim.planning.pool import run_pool
-from kvsim.planning.runs import config_row, make_config, summary_row
+from kvsim.planning.runs import config_row, make_config
 from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS, check_workload, grid_points, run_id
+from kvsim.planning.sweep_point import (_file_trace, _preset_trace, point_row, run_point,  # noqa: F401
+                                        run_point_parts, workload)
 from kvsim.planning.sweep_store import CSV_FILE, PARQUET_FILE, ROWS_FILE
-from kvsim.fleet.config import FLEET_FLAGS, fleet_from_flags
 from kvsim.trace.table import Trace
-
-
-@lru_cache(maxsize=8)
-def _preset_trace(preset: str, rate: float, duration_s: float | None, num_requests: int | None,
-                  seed: int) -> Trace:
-    from kvsim.trace.synthetic import generate
-    return generate(preset, rate_rps=rate, duration_s=duration_s, num_requests=num_requests, seed=seed)
-
-
-@lru_cache(maxsize=8)
-def _file_trace(path: str) -> Trace:
-    from kvsim.trace.formats import load_trace
-    return load_trace(path)
-
-
-def workload(point: Mapping[str, Any], trace: Trace | None = None) -> Trace:
-    """The trace a point runs: `trace` (or the point's `trace` path) rescaled by `rate`/`time_scale`
-    and cut at `duration_s` s, or a Poisson trace of `preset` at `rate` req/s (default 2) for
-    `duration_s` s (default 3600)."""
-    from kvsim.trace.table import rescale_trace
-
-    seed = int(point.get("seed", 0))
-    if point.get("preset") is not None:
-        if trace is not None or point.get("trace") is not None:
-            raise ValueError("give a trace or a preset, not both")
-        num = point.get("num_requests")
-        duration = None if num is not None else float(point.get("duration_s", 3600.0))
-        tr = _preset_trace(str(point["preset"]), float(point.get("rate", 2.0)), duration,
-                           None if num is None else int(num), seed)
-        if point.get("time_scale") is not None:
-            tr = rescale_trace(tr, time_scale=float(point["time_scale"]))
-    else:
-        if trace is None:
-            if point.get("trace") is None:
-                raise ValueError("no workload: give a trace or a preset")
-            trace = _file_trace(str(point["trace"]))
-        tr = trace
-        if point.get("max_requests") is not None:
-            tr = tr.head(int(point["max_requests"]))
-        if point.get("rate") is not None:
-            tr = rescale_trace(tr, rate_rps=float(point["rate"]))
-        if point.get("time_scale") is not None:
-            tr = rescale_trace(tr, time_scale=float(point["time_scale"]))
-        if point.get("duration_s") is not None:
-            tr = tr.until(float(point["duration_s"]))
-    return tr
-
-
-def run_point(point: Mapping[str, Any], trace: Trace | None = None,
-              config: SimConfig | None = None) -> dict[str, Any]:
-    """One grid point -> one row; any error is caught and recorded in the row (`status="error"`).
-    The point's run flags apply over `config` when given."""
-    from kvsim.fleet.sim import run_summary
-
-    start = time.perf_counter()
-    row: dict[str, Any] = {"run_id": run_id(point), **point}
-    try:
-        flags = {k: v for k, v in point.items() if k not in WORKLOAD_KEYS and k not in DISAGG_KEYS
-                 and k not in FLEET_FLAGS}
-        cfg = make_config(config, **flags)
-        tr = workload(point, trace)
-        if point.get("prefill_replicas") is not None or point.get("decode_replicas") is not None:
-            from kvsim.fleet.disagg_plan import disagg_row
-            row.update({**config_row(cfg), **point, **disagg_row(tr, cfg, point)})
-        else:
-            summary = run_summary(tr, cfg, fleet_from_flags(point))    # a row needs the summary only
-            row.update({**config_row(cfg), **point, **summary_row(summary)})
-        row.update(status="ok", error="")
-    except Exception as exc:  # noqa: BLE001 - a failing point is a recorded row, never a stopped grid
-        row.update(status="error", error=f"{type(exc).__name__}: {exc}")
-    row["wall_s"] = time.perf_counter() - start
-    return row
 
 
 def run_local(points: list[dict], trace: Trace | None, workers: int, on_row: Callable[[dict], None],
@@ -198,11 +125,48 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
 def _run(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace | None,
          workers: int | None, ray: bool, ray_address: str | None, out: Path | None,
          progress: bool) -> pd.DataFrame:
-    """Run the points not `done`, appending each row to out/rows.jsonl as it finishes; the table."""
+    """The table of `_rows` (one row per point, in order), its counts in `attrs["sweep"]`."""
+    rows, counts = _rows(points, ids, done, trace, workers, ray, ray_address, out, progress)
+    df = pd.DataFrame(rows)
+    df.attrs["sweep"] = {**counts, "failed": int((df.status != "ok").sum()) if len(df) else 0}
+    return df
+
+
+def run_points(points: list[dict], *, trace: Trace | None = None,
+               workers: int | None = None) -> list[dict]:
+    """Rows of explicit points (each as `grid_points` makes them; a point listed twice, or two points
+    that make the same run, run once), in order, on `workers` processes (default all cores): several
+    grids of one study run as one pool, so no worker idles while a grid's last run ends."""
+    for p in points:
+        check_workload(p, have_trace=trace is not None)
+    return _rows(points, [run_id(p) for p in points], {}, trace, workers, False, None, None, False)[0]
+
+
+def _rows(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace | None,
+          workers: int | None, ray: bool, ray_address: str | None, out: Path | None,
+          progress: bool) -> tuple[list[dict], dict]:
+    """Run the points not `done` (a run made before in this process, or twice here, is made once:
+    `kvsim.planning.run_cache`), appending each row to out/rows.jsonl as it comes; the rows in the
+    order of `ids`, and the counts of points, resumed, run and shared."""
     todo = [p for p, i in zip(points, ids) if i not in done]
     rows = dict(done)
     path = None if out is None else out / ROWS_FILE
     bars: list = []
+    keys: dict[str, str | None] = {}            # run_id of a point run now -> its run's key
+    sharing: dict[str, list[dict]] = {}         # key -> points whose row comes from that one run
+    hits, run_now = [], []
+    for p in todo:
+        key = run_cache.point_key(p, trace if p.get("preset") is None and trace is not None
+                                  else None if p.get("preset") is not None else _file_trace(str(p["trace"])))
+        parts = run_cache.lookup(key)
+        if parts is not None:
+            hits.append(point_row(p, parts))
+        elif key is not None and key in sharing:
+            sharing[key].append(p)
+        else:
+            keys[run_id(p)] = key
+            sharing.setdefault(key, []) if key is not None else None
+            run_now.append(p)
 
     def start_bar() -> None:
         if progress and todo and (bar := _progress_bar(len(todo))) is not None:
@@ -213,7 +177,7 @@ def _run(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace
     except OSError as exc:
         raise store.write_error(path, exc) from None
     try:
-        def on_row(row: dict) -> None:
+        def emit(row: dict) -> None:
             rows[row["run_id"]] = row
             if log is not None:
                 try:
@@ -224,12 +188,24 @@ def _run(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace
             for bar in bars:
                 bar.advance(bar.task_ids[0])
 
+        def on_row(made: tuple[dict, tuple[dict, dict] | None]) -> None:
+            row, parts = made
+            key = keys.get(row["run_id"])
+            run_cache.store(key, parts)
+            emit(row)
+            for p in sharing.get(key, ()) if key is not None else ():
+                emit(point_row(p, parts) if parts is not None else {"run_id": run_id(p), **p, "status": "error",
+                                                                    "error": row["error"], "wall_s": row["wall_s"]})
+
+        for row in hits:
+            emit(row)
         if ray or ray_address:
             from kvsim.planning.ray_backend import run_ray
             start_bar()
-            run_ray(run_point, todo, trace, workers, ray_address, on_row)
+            run_ray(run_point_parts, run_now, trace, workers, ray_address, on_row)
         else:
-            run_local(todo, trace, workers or os.cpu_count() or 1, on_row, on_started=start_bar)
+            run_pool(run_point_parts, run_now, (trace, None), workers or os.cpu_count() or 1, on_row,
+                     start_bar)
     finally:
         for bar in bars:
             bar.stop()
@@ -238,10 +214,8 @@ def _run(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trace
                 log.close()
             except OSError:
                 pass
-    df = pd.DataFrame([rows[i] for i in ids])
-    df.attrs["sweep"] = {"points": len(ids), "resumed": len(done), "run": len(todo),
-                         "failed": int((df.status != "ok").sum()) if len(df) else 0}
-    return df
+    return [rows[i] for i in ids], {"points": len(ids), "resumed": len(done), "run": len(run_now),
+                                    "shared": len(todo) - len(run_now)}
 
 
 def _progress_bar(total: int):
@@ -265,5 +239,5 @@ def read_sweep(out_dir: str | Path) -> pd.DataFrame:
     return pd.read_parquet(Path(out_dir) / PARQUET_FILE)
 
 
-__all__: Iterable[str] = ("run_sweep", "grid_points", "run_point", "run_id", "workload", "read_sweep",
+__all__: Iterable[str] = ("run_sweep", "run_points", "grid_points", "run_point", "run_id", "workload", "read_sweep",
                           "run_local", "WORKLOAD_KEYS", "ROWS_FILE", "PARQUET_FILE", "CSV_FILE")

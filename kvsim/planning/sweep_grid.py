@@ -48,6 +48,9 @@ WORKLOAD_KEYS: dict[str, GridKey] = {
     "duration_s": GridKey("float", positive=True),  # s of arrivals (a trace is cut there)
     "num_requests": GridKey("int", positive=True),  # requests of a preset
     "max_requests": GridKey("int", positive=True),  # first requests of a trace
+    # not the workload but how far to run it: stop once normalized latency is surely above this (s/token;
+    # kvsim.planning.latency_ceiling), the row then says so instead of holding the run's metrics
+    "stop_above_s_per_token": GridKey("float", positive=True, optional=True),
 }
 
 #: Grid keys of a disaggregated run (`kvsim.fleet.disagg_plan`; a point with `prefill_replicas` or
