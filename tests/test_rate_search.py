@@ -92,3 +92,13 @@ def test_an_slo_every_rate_meets_ends_at_the_ceiling(limit):
     assert f"meets the SLO at every rate up to {r.ceiling_rps:.4g} req/s" in r.limited_by
     assert r.curve.meets_slo.all() and len(r.curve) <= 16
     assert said[0].startswith("rate search: serving ceiling") and len(said) == len(r.curve) + 1
+
+
+def test_the_rate_searchs_run_memo_tells_traces_apart_by_their_shared_prefixes():
+    """Two traces with the same arrivals and lengths but different prefix groups are different runs."""
+    from kvsim.planning.rate_runs import _fingerprint
+    from kvsim.trace.table import Trace
+    plain = Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5])
+    shared = Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5], prefix_group=["a", "a"], prefix_tokens=[32, 32])
+    assert _fingerprint(plain) != _fingerprint(shared)
+    assert _fingerprint(plain) == _fingerprint(Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5]))

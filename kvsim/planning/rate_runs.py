@@ -44,17 +44,10 @@ def _key(point: Mapping[str, Any], trace: Trace | None, config: SimConfig, slo: 
 
 
 def _fingerprint(trace: Trace | None) -> str:
-    """A digest of the trace's requests (arrivals, lengths, samples)."""
-    if trace is None:
-        return ""
-    import hashlib
-
-    import numpy as np
-
-    digest = hashlib.sha1()
-    for col in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.n, trace.beam_width):
-        digest.update(np.ascontiguousarray(col).tobytes())
-    return digest.hexdigest()
+    """A digest of the trace's requests: every column (prefix groups and block hashes included) but its
+    label (`kvsim.planning.run_cache.trace_digest`)."""
+    from kvsim.planning.run_cache import trace_digest
+    return "" if trace is None else trace_digest(trace)
 
 
 def evaluate(points: list[dict], trace: Trace | None, config: SimConfig, slo: Mapping[str, float],
