@@ -155,13 +155,7 @@ class HybridTicks:
         if takers:
             if len(takers) > self.num_free_blocks:
                 return False
-            final, held, reach = seq.final, self._held, self._reach
-            for g, block in zip(takers, self._take(len(takers))):
-                table = tables[g]
-                slots = len(table) * bs
-                table.append(block)
-                held[g] += 1
-                reach[g] += (final if final < slots + bs else slots + bs) - (final if final < slots else slots)
+            self._give_blocks(seq, takers)
         event = c + NEVER                     # (`_set_event` at c + 1 tokens, block fills left out)
         for g in take_ids:
             take = len(tables[g]) * bs

@@ -19,6 +19,16 @@ from .groups import NEVER
 class HybridWindows:
     """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`."""
 
+    def _give_blocks(self, seq, takers: list[int]) -> None:
+        """Append a block from the pool to each of `seq`'s groups `takers` (as many free, checked)."""
+        bs, final, held, reach, tables = self.block_size, seq.final, self._held, self._reach, seq.tables
+        for g, block in zip(takers, self._take(len(takers))):
+            table = tables[g]
+            slots = len(table) * bs
+            table.append(block)
+            held[g] += 1
+            reach[g] += min(final, slots + bs) - min(final, slots)
+
     def _set_event(self, seq) -> None:
         """File the computed tokens at which `seq`'s next one-token growth does more than count."""
         bs, tokens = self.block_size, seq.tokens
@@ -57,13 +67,7 @@ class HybridWindows:
         if takers:
             if len(takers) > self.num_free_blocks:
                 return False
-            final, held, reach = seq.final, self._held, self._reach
-            for g, block in zip(takers, self._take(len(takers))):
-                table = tables[g]
-                slots = len(table) * bs
-                table.append(block)
-                held[g] += 1
-                reach[g] += min(final, slots + bs) - min(final, slots)
+            self._give_blocks(seq, takers)
         seq.tokens = c + 1
         self._sum_tokens += 1
         if self._cache is not None:
