@@ -1,6 +1,7 @@
 """The engine's loop without SimPy, for tests that look at every step: arrivals are added before each
 step, idle time jumps to the next arrival, and a fast-forward window follows a step when one applies."""
 
+from kvsim.engine.build import build_run
 from kvsim.engine.step import Stepper
 
 
@@ -26,3 +27,13 @@ def engine_steps(trace, parts):
         if window is not None:
             now = window.end_s
             yield "window", window
+
+
+def steps_of(trace, cfg, lazy: bool):
+    """Yield (plan, scheduler, allocator) after each step or window of a run of `trace` under `cfg`,
+    on the lazy decode path or (`lazy` False) the per-sequence path."""
+    parts = build_run(trace, cfg)
+    if not lazy:
+        parts.scheduler._lazy = False
+    for _, plan in engine_steps(trace, parts):
+        yield plan, parts.scheduler, parts.allocator

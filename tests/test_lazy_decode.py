@@ -15,19 +15,13 @@ from kvsim.engine.build import build_run
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
-from engine_loop import engine_steps
+from engine_loop import steps_of
 from quick_examples import examples
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
 
 
-def _run(trace, cfg, lazy: bool):
-    """Yield (plan, scheduler, allocator) after each step or window of the engine's loop."""
-    parts = build_run(trace, cfg)
-    if not lazy:
-        parts.scheduler._lazy = False
-    for _, plan in engine_steps(trace, parts):
-        yield plan, parts.scheduler, parts.allocator
+_run = steps_of             # (tests/engine_loop.py)
 
 
 def _state(sched, alloc):

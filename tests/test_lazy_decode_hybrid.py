@@ -16,12 +16,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvsim.alloc.hybrid import HybridAllocator
-from kvsim.engine.build import build_run
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig, kv_cache_plan
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
-from engine_loop import engine_steps
+from engine_loop import steps_of
 from quick_examples import examples
 
 
@@ -44,12 +43,7 @@ MODELS = {   # name -> (model, tp, cache flags)
 }
 
 
-def _run(trace, cfg, lazy: bool):
-    parts = build_run(trace, cfg)
-    if not lazy:
-        parts.scheduler._lazy = False
-    for _, plan in engine_steps(trace, parts):
-        yield plan, parts.scheduler, parts.allocator
+_run = steps_of             # (tests/engine_loop.py)
 
 
 def _state(sched, alloc):
