@@ -101,3 +101,22 @@ def test_mamba_models_say_which_block_size_vllm_runs():
     assert "(asked -> run: 16 -> 1040, 64 -> 1088 tokens)" in r.reason
     plain = kvsim.tune_block_size(tr, block_sizes=(16, 64), model="llama-3-8b", gpu="h100-80gb")
     assert "Note:" not in plain.reason
+
+
+def test_the_saturated_run_repeats_a_short_trace_until_a_queue_forms():
+    """Llama-3-8B on one H100 under vllm-v1: 1,024 sequences and 447,200 KV slots. Ten requests of 100 +
+    50 tokens peak at 150: the KV cache would hold 447,200 / 150 = 2,981 of them, the batch 1,024, so
+    the saturated run needs 2 x 1,024 = 2,048 requests, the ten repeated in order. With 256 sequences
+    (--max-num-seqs 256): 512. Without the repeat the ten would run alone and the window would see only
+    their prefill."""
+    from kvsim.planning.runs import make_config
+    from kvsim.planning.tune import queue_requests, saturated
+    from kvsim.trace.table import Trace
+    trace = Trace.from_arrays(np.arange(10.0), [100] * 9 + [60], [50] * 9 + [90])
+    cfg = make_config(model="llama-3-8b", gpu="h100-80gb")
+    assert queue_requests(trace, cfg) == 2048
+    assert queue_requests(trace, make_config(cfg, max_num_seqs=256)) == 512
+    sat = saturated(trace, 2048)
+    assert len(sat) == 2048 and not sat.arrival_s.any()
+    assert list(sat.prompt_tokens[8:12]) == [100, 60, 100, 100] and sat.output_tokens[1009] == 90      # request 1,009 is the tenth again
+    assert len(saturated(trace, 5)) == 10          # never fewer than the trace's own requests

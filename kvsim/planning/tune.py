@@ -34,7 +34,7 @@ from kvsim.cost.kernels import get_kernel
 from kvsim.cost.profiles import CPU_VARIANTS, VARIANTS
 from kvsim.cost.roofline import CostModel
 from kvsim.planning.bookkeeping import Bookkeeping
-from kvsim.planning.runs import make_config
+from kvsim.planning.runs import capacity_tokens, make_config
 from kvsim.planning.sweep import run_sweep
 from kvsim.engine.sim import SimResult, simulate
 from kvsim.trace.table import Trace
@@ -65,9 +65,24 @@ def peak_waste(trace: Trace, block_size: int) -> float:
     return float((held - peak).sum() / held.sum())
 
 
-def saturated(trace: Trace) -> Trace:
-    """The same requests, all arriving at t = 0 (in trace order)."""
-    return replace(trace, arrival_s=np.zeros(len(trace)))
+def saturated(trace: Trace, min_requests: int = 0) -> Trace:
+    """The same requests, all arriving at t = 0 (in trace order), repeated in order up to `min_requests`
+    when the trace has fewer (and neither block hashes nor per-sample lengths, which would repeat too)."""
+    num = len(trace)
+    if min_requests <= num or trace.hash_values is not None or trace.sample_values is not None:
+        return replace(trace, arrival_s=np.zeros(num))
+    idx, pick = np.resize(np.arange(num), min_requests), (lambda a: None if a is None else a[idx])
+    return replace(trace, arrival_s=np.zeros(min_requests), prompt_tokens=pick(trace.prompt_tokens),
+                   output_tokens=pick(trace.output_tokens), n=pick(trace.n), beam_width=pick(trace.beam_width),
+                   prefix_tokens=pick(trace.prefix_tokens), prefix_group=pick(trace.prefix_group), ids=None)
+
+
+def queue_requests(trace: Trace, cfg: SimConfig) -> int:
+    """Requests the saturated run needs for a queue to keep the batch full: twice what the deployment holds
+    at once (max_num_seqs, or the KV slots over the mean prompt + output x samples). Without a queue the
+    window would measure the prefill (e.g. 1,024 sequences on an H100 and a 427-request trace)."""
+    peak = float((trace.prompt_tokens + trace.output_tokens * trace.n).mean())
+    return 2 * int(np.ceil(min(cfg.batch_limits()[0], capacity_tokens(cfg) / peak)))
 
 
 def _indirection(cfg: SimConfig, block_size: int, batch: float, context: float, entries: float,
@@ -185,7 +200,8 @@ def tune_block_size(trace: Trace | str, *, block_sizes=None, bookkeeping: Bookke
                      f"{kernel.accepted_text()}); simulated anyway" for b in sizes if not kernel.accepts(b))
     bk = bookkeeping or Bookkeeping()
     cfgs = [make_config(**flags, block_size=b) for b in sizes]
-    sat = [simulate(saturated(trace), c) for c in cfgs]
+    need = queue_requests(trace, cfgs[0])
+    sat = [simulate(saturated(trace, need), c) for c in cfgs]
     rows = run_sweep({"block_size": sizes}, base=flags, trace=trace, workers=workers)
     failed = rows[rows.status != "ok"]
     if len(failed):
@@ -207,7 +223,7 @@ def tune_block_size(trace: Trace | str, *, block_sizes=None, bookkeeping: Bookke
     if cpu_variants and base in CPU_VARIANTS and profile.variant in VARIANTS:
         for v in (x for x in VARIANTS if x != profile.variant):
             vc = [make_config(**{**flags, "engine_profile": f"{base}:{v}"}, block_size=b) for b in sizes]
-            vcurve = pd.DataFrame([_row(trace, c, b, simulate(saturated(trace), c), l, bk)
+            vcurve = pd.DataFrame([_row(trace, c, b, simulate(saturated(trace, need), c), l, bk)
                                    for c, b, l in zip(vc, sizes, live)])
             by_variant[v] = int(vcurve.block_size[vcurve.capacity_tokens_per_s.idxmax()])
     workload["recommended_by_cpu_variant"] = by_variant
