@@ -93,7 +93,8 @@ def _print_summary(df, keys: list[str], out: Path, seconds: float) -> None:
     t.add_column("", justify="left")
     t.add_column("", justify="left")
     row = (lambda *cells: t.add_row(*map(Text, cells)))       # values shown as they are, never as markup
-    row("points", f"{len(df)} ({counts.get('run', len(df))} run, {counts.get('resumed', 0)} resumed, "
+    shared = f"{counts['shared']} shared (the same run earlier in this process), " if counts.get("shared") else ""
+    row("points", f"{len(df)} ({counts.get('run', len(df))} run, {shared}{counts.get('resumed', 0)} resumed, "
               f"{len(failed)} failed) in {seconds:.1f} s")
     ok = df[(df.status == "ok")]
     if MAIN_METRIC in ok and ok[MAIN_METRIC].notna().any():
