@@ -56,9 +56,9 @@ def _state(sched, alloc):
             (cache.evictable_blocks(), {h: list(blocks) for h, blocks in cache._blocks_of.items()}))
 
 
-def _side_by_side(trace, cfg, hybrid: bool, complete: bool = True) -> int:
-    """Step `trace` lazily and per sequence side by side (equal plans and states after each step);
-    `complete`: every request ends finished or rejected."""
+def _side_by_side(trace, cfg, hybrid: bool) -> int:
+    """Step `trace` lazily and per sequence side by side (equal plans and states after each step); every
+    request ends finished or rejected."""
     steps = 0
     for (a, sa, la), (b, sb, lb) in zip(_run(trace, cfg, True), _run(trace, cfg, False), strict=True):
         assert sa._lazy and not sb._lazy
@@ -69,7 +69,7 @@ def _side_by_side(trace, cfg, hybrid: bool, complete: bool = True) -> int:
         if steps % 5 == 0:
             la.check_invariants()
     la.check_invariants()
-    assert not complete or sa.num_finished + sa.num_rejected == len(trace)
+    assert sa.num_finished + sa.num_rejected == len(trace)
     return steps
 
 
