@@ -6,8 +6,7 @@ with the queues: arrivals and rejection, token emission and retirement, and the 
 stepper, metrics and the GPU harness use (nobody else reads the columns or calls the allocator).
 Policies (`kvsim.engine.scheduler.Scheduler`, `...static_batching.StaticScheduler`) implement `schedule`.
 
-Units: tokens and seconds (NaN until the event happens). `status` is one of `FINISHED`, `REJECTED`,
-`PENDING` (not finished when the run ended).
+Units: tokens and seconds (NaN until the event happens). `status`: `FINISHED`, `REJECTED`, `PENDING`.
 """
 
 from __future__ import annotations
@@ -53,13 +52,6 @@ class RequestState:
         self.first_token_s, self.finished_s = array("d", self.admitted_s), array("d", self.admitted_s)
         self.status = [PENDING] * num
         self.reason = [""] * num
-
-    def __len__(self) -> int:
-        return len(self.prompt)
-
-    def final_tokens(self, i: int) -> int:
-        """KV slots each of request `i`'s sequences holds at its peak: prompt + output - 1."""
-        return self.prompt[i] + self.output[i] - 1
 
     def columns(self) -> dict[str, np.ndarray]:
         """The per-request records as numpy columns (`RECORD_COLUMNS`)."""
@@ -214,10 +206,14 @@ class SchedulerBase:
         for i in retire:
             self.running.remove(i)
             self.running_seqs -= self.n[i]
-            for s in self.seq_ids(i):
-                self.alloc.free(s)
+            self._finished_blocks(i)
             self.status[i], self.finished_s[i] = FINISHED, now
             self.num_finished += 1
+
+    def _finished_blocks(self, i: int) -> None:
+        """What becomes of finished request `i`'s blocks: freed (a prefill instance keeps them)."""
+        for s in self.seq_ids(i):
+            self.alloc.free(s)
             if self.beams is not None:
                 self.beams.forget(i)
 

@@ -15,7 +15,6 @@ Requests must be single-sequence (n = 1, no beams). Units: tokens (KV slots) and
 
 from __future__ import annotations
 
-from kvsim.engine.request_state import FINISHED
 from kvsim.engine.scheduler import Scheduler
 
 
@@ -41,17 +40,9 @@ class PrefillScheduler(Scheduler):
         ids = self.block_ids(i) if self.block_ids else ()
         return self.alloc.can_allocate(need, final, ids, self.seq_ids(i)[0])
 
-    def _retire(self, retire: list[int], now: float, in_order: bool = False) -> None:
-        """Prefills done: out of the batch, finished here, blocks kept (`held`)."""
-        if len(retire) > 1 and not in_order:
-            done = set(retire)
-            retire = [i for i in self.running if i in done]
-        for i in retire:
-            self.running.remove(i)
-            self.running_seqs -= self.n[i]
-            self.held[i] = None
-            self.status[i], self.finished_s[i] = FINISHED, now
-            self.num_finished += 1
+    def _finished_blocks(self, i: int) -> None:
+        """Prefill done: finished here, its blocks kept (`held`) until the decode side takes them."""
+        self.held[i] = None
 
     def release(self, i: int) -> None:
         """Free request `i`'s blocks (its KV cache has reached the decode side, or it needs none)."""
