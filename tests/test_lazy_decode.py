@@ -38,7 +38,7 @@ def _side_by_side(trace, cfg, stop_at: int = -1) -> int:
     step; `stop_at`: leave the lazy mode (`_stop_lazy`) at the first step from then on when a member's
     state is behind the clocks (so that leaving has something to bring up to date). Returns the step
     it left at (or the steps run)."""
-    steps, stopped = 0, -1
+    steps, stopped, la = 0, -1, None
     for (a, sa, la), (b, sb, lb) in zip(_run(trace, cfg, True), _run(trace, cfg, False), strict=True):
         assert (sa._lazy or stopped >= 0) and not sb._lazy
         assert dataclasses.asdict(a) == dataclasses.asdict(b), f"step {steps}"
@@ -50,6 +50,8 @@ def _side_by_side(trace, cfg, stop_at: int = -1) -> int:
             assert _state(sa, la) == _state(sb, lb), f"step {steps}"
         if steps % 7 == 0:
             la.check_invariants()
+    if la is None:                  # (no step on either path: every request was refused on arrival)
+        return steps
     la.check_invariants()
     assert sa.num_finished + sa.num_rejected == len(trace)
     return stopped if stop_at >= 0 else steps
@@ -115,5 +117,8 @@ def test_the_presets_configuration_runs_lazily():
         for profile in ("ideal", "vllm-v1"):
             cfg = SimConfig(DEP, CacheConfig(kv_gib=1, **cache), SchedulerConfig(**sched), engine_profile=profile)
             assert build_run(trace, cfg).scheduler._lazy
-    cfg = SimConfig(DEP, CacheConfig(kv_gib=1, allocator="contiguous"))
+    for reserve in ("max", "pow2", "oracle"):      # contiguous reservations tick too (contiguous_ticks.py)
+        cfg = SimConfig(DEP, CacheConfig(kv_gib=1, allocator="contiguous", reserve=reserve))
+        assert build_run(trace, cfg).scheduler._lazy
+    cfg = SimConfig(DEP, CacheConfig(kv_gib=1, allocator="contiguous"), SchedulerConfig(batching="static"))
     assert not build_run(trace, cfg).scheduler._lazy

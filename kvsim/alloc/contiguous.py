@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
+from .contiguous_ticks import ContiguousTicks
 from .placement import Buddy, FirstFit
 
 RESERVE_POLICIES = ("max", "pow2", "oracle")
@@ -32,8 +33,9 @@ def reservation(policy: str, num_tokens: int, final_tokens: int, max_seq_len: in
     return final_tokens
 
 
-class ContiguousAllocator:
-    """One extent per sequence; `append` past the reservation raises, `fork` copies into a new extent."""
+class ContiguousAllocator(ContiguousTicks):
+    """One extent per sequence; `append` past the reservation raises, `fork` copies into a new extent.
+    Decoding sequences can tick instead of appending (kvsim/alloc/contiguous_ticks.py)."""
 
     def __init__(self, capacity_tokens: int, max_seq_len: int, reserve: str = "max",
                  placement: str = "buddy") -> None:
@@ -56,6 +58,9 @@ class ContiguousAllocator:
         self._sum_final = 0
         self._sum_reservation = 0
         self._sum_placed = 0
+        self._moves = 0                 # places and releases so far: the pool's version
+        self._stranded = (-1, 0, 0)     # (`_moves`, head reservation, free slots stranded) of the last stats
+        self._init_ticks()
 
     def _reservation(self, num_tokens: int, final_tokens: int) -> int:
         return reservation(self.reserve, num_tokens, max(final_tokens, num_tokens), self.max_seq_len)
@@ -74,6 +79,7 @@ class ContiguousAllocator:
     def num_tokens(self, seq_id: int) -> int:
         """Slots `seq_id` holds written."""
         self._check_id(seq_id)
+        self._sync(seq_id)
         return self._tokens[seq_id]
 
     def can_allocate(self, num_tokens: int, final_tokens: int, block_hashes: Sequence[int] = (),
@@ -105,6 +111,7 @@ class ContiguousAllocator:
         placed = self._pool.place(reserved)
         if placed is None:
             raise AllocationError(f"sequence {seq_id}: no free extent of {reserved} slots")
+        self._moves += 1
         self._extent[seq_id] = (placed[0], reserved, placed[1])
         self._tokens[seq_id] = tokens
         self._final[seq_id] = final
@@ -122,6 +129,7 @@ class ContiguousAllocator:
         self._check_id(parent_id)
         if child_id in self._extent:
             raise AllocationError(f"sequence id {child_id} is already allocated")
+        self._sync(parent_id)
         self._place(child_id, self._extent[parent_id][1], self._tokens[parent_id], self._final[parent_id])
 
     def refork(self, parent_id: int, child_id: int) -> int:
@@ -129,6 +137,8 @@ class ContiguousAllocator:
         inside its own reservation: the parent's written slots are copied into it; returns how many."""
         self._check_id(parent_id)
         self._check_id(child_id)
+        self._sync(parent_id)
+        self._untick(child_id)
         tokens, final = self._tokens[parent_id], self._final[parent_id]
         if final > self._extent[child_id][1]:
             raise AllocationError(f"sequence {child_id}: its reservation of {self._extent[child_id][1]} "
@@ -141,8 +151,10 @@ class ContiguousAllocator:
     def free(self, seq_id: int) -> None:
         """Return `seq_id`'s extent to the pool (first fit coalesces it with free neighbours)."""
         self._check_id(seq_id)
+        self._untick(seq_id)
         start, reserved, placed = self._extent.pop(seq_id)
         self._pool.release(start, placed)
+        self._moves += 1
         self._sum_tokens -= self._tokens.pop(seq_id)
         self._sum_final -= self._final.pop(seq_id)
         self._sum_reservation -= reserved
@@ -151,6 +163,7 @@ class ContiguousAllocator:
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether `seq_id` stays inside its reservation after `num_tokens` more slots."""
         self._check_id(seq_id)
+        self._sync(seq_id)
         return self._tokens[seq_id] + num_tokens <= self._extent[seq_id][1]
 
     def append(self, seq_id: int, num_tokens: int = 1) -> list[tuple[int, int]]:
@@ -158,6 +171,7 @@ class ContiguousAllocator:
         self._check_id(seq_id)
         if num_tokens < 1:
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
+        self._untick(seq_id)
         tokens = self._tokens[seq_id] + num_tokens
         if tokens > self._extent[seq_id][1]:
             raise AllocationError(f"sequence {seq_id}: {tokens} tokens past its reservation of "
@@ -182,6 +196,7 @@ class ContiguousAllocator:
     def decode_window(self, seq_ids: Sequence[int], max_steps: int) -> int:
         """How many steps (<= `max_steps`) of `append_each(seq_ids)` `append_steps` can run at once:
         until the first sequence would pass its final length (its reservation is at least that)."""
+        self._sync_all()
         tokens, final = self._tokens, self._final
         return max(0, min([max_steps, *(final[s] - tokens[s] for s in seq_ids)]))
 
@@ -190,6 +205,7 @@ class ContiguousAllocator:
         """`steps` steps of `append_each(seq_ids)` within what `decode_window` allowed; returns
         `stats(head_tokens, head_final_tokens)` after each step (nothing moves, slots fill)."""
         for seq_id in seq_ids:
+            self._untick(seq_id)
             self._tokens[seq_id] += steps
         grow = len(seq_ids)
         self._sum_tokens += grow * steps
@@ -202,8 +218,12 @@ class ContiguousAllocator:
         extents too small for the head request's reservation (none when `head_tokens` is 0)."""
         free_slots = self._pool.free_slots
         stranded = 0
-        if head_tokens > 0:
-            stranded = self._pool.slots_in_extents_below(self._reservation(head_tokens, head_final_tokens))
+        if head_tokens > 0:         # (the pool's extents change only when a sequence is placed or freed)
+            want = self._reservation(head_tokens, head_final_tokens)
+            moves, memo_want, stranded = self._stranded
+            if moves != self._moves or memo_want != want:
+                stranded = self._pool.slots_in_extents_below(want)
+                self._stranded = (self._moves, want, stranded)
         used = self.capacity_tokens - free_slots
         return MemoryStats(
             capacity_tokens=self.capacity_tokens, token_states=self._sum_tokens,
@@ -214,6 +234,7 @@ class ContiguousAllocator:
 
     def check_invariants(self) -> None:
         """Assert the module's invariants (slow; tests only)."""
+        self._sync_all()
         self._pool.check(self.capacity_tokens)
         ranges = self._pool.extents() + [(start, placed) for start, _, placed in self._extent.values()]
         ranges.sort()

@@ -52,6 +52,12 @@ class GroupedContiguousAllocator(ContiguousAllocator):
         self._real: dict[int, int] = {}        # seq -> tokens written (the base class counts slots)
         self._real_final: dict[int, int] = {}  # seq -> its final length in tokens
 
+    @property
+    def can_tick(self) -> bool:
+        """False: a sliding or chunked group's share stops growing at its span, so a decode step does
+        not always write one more slot (such sequences take the per-sequence path)."""
+        return False
+
     def slots(self, tokens: int) -> int:
         """Slots a sequence of `tokens` tokens takes over all groups."""
         total = 0

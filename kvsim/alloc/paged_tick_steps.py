@@ -16,9 +16,10 @@ from .base import AllocationError, MemoryStats, MemoryTable
 class PagedTickSteps:
     """`tick_steps` (reads and updates `PagedTicks`' clock, due lists and counters)."""
 
-    def tick_steps(self, steps: int) -> Sequence[MemoryStats]:
+    def tick_steps(self, steps: int, head_tokens: int = 0, head_final_tokens: int = 0) -> Sequence[MemoryStats]:
         """`steps` ticks within what `tick_window` allowed; `stats()` after each (worked out from the
-        ticks that took blocks, `tick_snapshots`: a `MemoryTable` for a long window)."""
+        ticks that took blocks, `tick_snapshots`: a `MemoryTable` for a long window). The head of the
+        queue (`head_*`, tokens) is ignored: paged memory has no external fragmentation to judge."""
         if self._shared_partial or self._pending is not None:
             snapshots = []
             for _ in range(steps):

@@ -2,7 +2,8 @@
 block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
 
 When the allocator can tick (paged, with or without a prefix cache; `tick_join` etc. in
-kvsim/alloc/paged_window.py; vLLM's hybrid manager in kvsim/alloc/hybrid/ticks.py) and no request's
+kvsim/alloc/paged_window.py; vLLM's hybrid manager in kvsim/alloc/hybrid/ticks.py; contiguous
+reservations in kvsim/alloc/contiguous_ticks.py) and no request's
 sequences fork or end mid-request (parallel samples that all run to the request's length tick one by one,
 in batch order; dying beams and shorter samples do not), a running request that has
 finished its prefill is a *member*: its `kv_len` and `generated` are kept as of clock `_since[i]`
@@ -264,8 +265,9 @@ class LazyDecodes(LazyCappedReads):
         return ids, self.alloc.tick_window(steps), self._context
 
     def _advance_lazy(self, steps: int) -> list[MemoryStats]:
-        """`advance` with members: `steps` ticks of the allocator and of both clocks."""
-        mems = self.alloc.tick_steps(steps)
+        """`advance` with members: `steps` ticks of the allocator and of both clocks (the memory judged
+        against the head of the queue, as `memory()` is)."""
+        mems = self.alloc.tick_steps(steps, *self.head_of_queue())
         self._kv_clock += steps
         self._gen_clock += steps
         self._context += steps * self._member_seqs

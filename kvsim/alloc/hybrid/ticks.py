@@ -183,8 +183,9 @@ class HybridTicks:
         self._sync_all()
         return self._window([s for s in self._seqs.values() if s.at >= 0], max_steps)
 
-    def tick_steps(self, steps: int) -> list[MemoryStats]:
-        """`steps` ticks within what `tick_window` allowed; `stats()` after each."""
+    def tick_steps(self, steps: int, head_tokens: int = 0, head_final_tokens: int = 0) -> list[MemoryStats]:
+        """`steps` ticks within what `tick_window` allowed; `stats()` after each (the head of the
+        queue, `head_*`, is ignored: paged groups have no external fragmentation to judge)."""
         snapshots, stats, tick = [], self.stats, self.tick
         for _ in range(steps):
             if not tick():
