@@ -28,10 +28,12 @@ def _mix64(x: int) -> int:
 
 def unique_hashes(salt: int, start: int, stop: int) -> list[int]:
     """Hashes of blocks `start..stop-1` of a sequence whose contents no other sequence shares (a prompt
-    past its shareable prefix, generated tokens): keyed by the sequence's `salt` and the block index,
-    in their own domain, so they never equal a chained hash of content ids (but for 2**-64 odds)."""
-    key = _mix64((salt & _MASK64) ^ 0xD1B54A32D192ED03)
-    return [_mix64((key + k * 0x9E3779B97F4A7C15) & _MASK64 ^ 0xA0761D6478BD642F) for k in range(start, stop)]
+    past its shareable prefix, generated tokens): -1 - (salt * 2**32 + block index), in their own domain
+    (negative; chained hashes of content ids are 64-bit non-negative), so they never equal one, and two
+    differ unless salt and index both match (block indexes stay below 2**32). A plain count, not a mix:
+    the cache only compares them, and they are made for every full block of every sequence."""
+    base = -1 - (salt << 32)
+    return list(range(base - start, base - stop, -1))
 
 
 def chain_hashes(block_ids: Iterable[int]) -> list[int]:

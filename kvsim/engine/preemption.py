@@ -24,7 +24,11 @@ class Preemption:
         (`_swap_in` restores each sample unshared: all of them at their peak must fit the whole
         cache), else recompute (which shares the prompt again)."""
         self._leave(i)
-        self.running.remove(i)   # always at or behind the request being grown: no slot taken yet
+        running = self.running   # (i is always at or behind the request being grown: no slot taken yet)
+        if running[-1] == i:
+            running.pop()        # (the usual victim, the last: no search from the front)
+        else:
+            running.remove(i)
         self.running_seqs -= self.n[i]
         for s in self.seq_ids(i):
             self.alloc.free(s)
