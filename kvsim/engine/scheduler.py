@@ -48,7 +48,10 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
                 plan.batch_requests = len(self.running)
                 return plan
             limit = plan.limited_by
-        plan = StepPlan()
+            if plan.swap_tokens:                # (else nothing was planned: the plan is reused as new)
+                plan = StepPlan()
+        else:
+            plan = StepPlan()
         preempted = self._grow_running(plan)
         budget = self.cfg.max_batched_tokens - plan.decode_seqs
         if self.cfg.chunked_prefill:
