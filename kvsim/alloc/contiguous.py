@@ -59,7 +59,7 @@ class ContiguousAllocator(ContiguousTicks):
         self._sum_reservation = 0
         self._sum_placed = 0
         self._moves = 0                 # places and releases so far: the pool's version
-        self._stranded = (-1, 0, 0)     # (`_moves`, head reservation, free slots stranded) of the last stats
+        self._stranded = (-1, 0, 0, 0)  # (`_moves`, head tokens, head final, free slots stranded): last stats
         self._init_ticks()
 
     def _reservation(self, num_tokens: int, final_tokens: int) -> int:
@@ -219,18 +219,15 @@ class ContiguousAllocator(ContiguousTicks):
         free_slots = self._pool.free_slots
         stranded = 0
         if head_tokens > 0:         # (the pool's extents change only when a sequence is placed or freed)
-            want = self._reservation(head_tokens, head_final_tokens)
-            moves, memo_want, stranded = self._stranded
-            if moves != self._moves or memo_want != want:
-                stranded = self._pool.slots_in_extents_below(want)
-                self._stranded = (self._moves, want, stranded)
+            moves, tokens, final, stranded = self._stranded
+            if moves != self._moves or tokens != head_tokens or final != head_final_tokens:
+                stranded = self._pool.slots_in_extents_below(self._reservation(head_tokens, head_final_tokens))
+                self._stranded = (self._moves, head_tokens, head_final_tokens, stranded)
         used = self.capacity_tokens - free_slots
-        return MemoryStats(
-            capacity_tokens=self.capacity_tokens, token_states=self._sum_tokens,
-            reserved=self._sum_final - self._sum_tokens,
-            internal_fragmentation=self._sum_reservation - self._sum_final,
-            external_fragmentation=self._sum_placed - self._sum_reservation + stranded,
-            free=free_slots - stranded, used_blocks=used, free_blocks=free_slots, unshared_blocks=used)
+        return tuple.__new__(MemoryStats, (                  # (made directly: the named tuple's __new__ is slow)
+            self.capacity_tokens, self._sum_tokens, self._sum_final - self._sum_tokens,
+            self._sum_reservation - self._sum_final, self._sum_placed - self._sum_reservation + stranded,
+            free_slots - stranded, used, free_slots, used, 0))   # (MemoryStats' field order)
 
     def check_invariants(self) -> None:
         """Assert the module's invariants (slow; tests only)."""
