@@ -80,6 +80,29 @@ class MemoryTable:
         return f"MemoryTable({list(self)!r})"
 
 
+#: Windows of this many steps or more get one `MemoryTable` from `filling_snapshots` (as
+#: `paged_tick_steps.TABLE_MIN_STEPS`: numpy's fixed cost is about a hundred named tuples').
+FILL_TABLE_MIN_STEPS = 64
+
+
+def filling_snapshots(last: MemoryStats, steps: int, grow: int):
+    """The snapshots of `steps` steps that each write `grow` more slots into room already held (nothing
+    taken or freed), the last being `last`: step j has `grow * (steps - 1 - j)` fewer `token_states`
+    and as many more `reserved`. A `MemoryTable` for a long window, else a list of `MemoryStats`."""
+    if steps >= FILL_TABLE_MIN_STEPS:
+        import numpy as np
+        out = np.empty((steps, len(MemoryTable.fields)), np.int64)
+        out[:] = last
+        back = np.arange(steps - 1, -1, -1, dtype=np.int64) * grow
+        out[:, 1] -= back
+        out[:, 2] += back
+        return MemoryTable(out)
+    c, tokens, reserved, *rest = last
+    make = tuple.__new__
+    return [make(MemoryStats, (c, tokens - back, reserved + back, *rest))   # (a named tuple made directly)
+            for back in range(grow * (steps - 1), -1, -grow)] if grow else [last] * steps
+
+
 #: Per-group parts an allocator with KV cache groups can add to its snapshot (`with_groups`), as fields
 #: `group<j>_<part>`: blocks held and token slots written / reserved / internally fragmented.
 GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats
+from .base import AllocationError, MemoryStats, filling_snapshots
 from .contiguous_ticks import ContiguousTicks
 from .placement import Buddy, FirstFit
 
@@ -209,9 +209,7 @@ class ContiguousAllocator(ContiguousTicks):
             self._tokens[seq_id] += steps
         grow = len(seq_ids)
         self._sum_tokens += grow * steps
-        last = self.stats(head_tokens, head_final_tokens)
-        return [last._replace(token_states=last.token_states - grow * (steps - 1 - j),
-                        reserved=last.reserved + grow * (steps - 1 - j)) for j in range(steps)]
+        return filling_snapshots(self.stats(head_tokens, head_final_tokens), steps, grow)
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """Memory breakdown in slots. External fragmentation = placement padding plus free slots in

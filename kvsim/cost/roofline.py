@@ -222,16 +222,19 @@ class CostModel:
                 + (self._store_fixed_s + tokens * self._store_s_per_token)
                 + (self._ar_fixed_s + tokens * self._ar_s_per_token))
 
-    def decode_step_times(self, seqs: int, first_context: int, steps: int) -> list[float]:
-        """`step_time(0, 0, seqs, c)` for c = first_context, first_context + seqs, ... (`steps` of
-        them: a steady decode phase), bit for bit (the same operations in the same order)."""
+    def decode_step_times(self, seqs: int, first_context: int, steps: int,
+                          growth: int | None = None) -> list[float]:
+        """`step_time(0, 0, seqs, c)` for c = first_context, first_context + growth, ... (`steps` of
+        them: a steady decode phase; `growth` defaults to `seqs`, less when some of the sequences are
+        padding: a static batch), bit for bit (the same operations in the same order)."""
+        grow = seqs if growth is None else growth
         if seqs <= 0:
             return [self.step_time(0, 0, seqs, first_context)] * steps
         head = self.step_overhead_s + self.linear_time(seqs) + self.prefill_attention_time(0)
         attn, per_token = self._decode_fixed_s + seqs * self._decode_s_per_seq, self._decode_s_per_token
         store, reduce = self.store_kv_time(seqs), self.all_reduce_time(seqs)
-        return [head + (attn + c * per_token) + store + reduce
-                for c in range(first_context, first_context + steps * seqs, seqs)]
+        contexts = range(first_context, first_context + steps * grow, grow) if grow > 0 else [first_context] * steps
+        return [head + (attn + c * per_token) + store + reduce for c in contexts]
 
     def compute_bound(self, prefill_tokens: int, prefill_attn_tokens: int,
                       decode_seqs: int, decode_context_tokens: int) -> bool:
@@ -278,7 +281,8 @@ class ConstantCost:
         """`step_s`, whatever the batch."""
         return self.step_s
 
-    def decode_step_times(self, seqs: int, first_context: int, steps: int) -> list[float]:
+    def decode_step_times(self, seqs: int, first_context: int, steps: int,
+                          growth: int | None = None) -> list[float]:
         """`steps` x `step_s`."""
         return [self.step_s] * steps
 

@@ -70,10 +70,12 @@ class StaticScheduler(Scheduler):
 
     def batch_window(self, stepper, last: StepPlan, now: float, next_arrival: int) -> StepPlan | None:
         """After step `last` ended at `now` (arrivals before index `next_arrival` queued): the running
-        batch's next decode steps up to (not including) the first that emits a request's last token, as
-        one plan timed by `stepper` exactly as its `step` would time each (at least two), or None. An
-        arrival into an empty queue ends it (the head of the queue, which memory is judged against,
-        changes); so does a step boundary tied with an arrival."""
+        batch's next decode steps up to (not including) its last one (which retires it), through the
+        steps at which its shorter requests emit their last tokens (they stay in the batch as padding:
+        its context then grows by fewer sequences), as one plan timed by `stepper` exactly as its
+        `step` would time each (at least two), or None. An arrival into an empty queue ends it (the
+        head of the queue, which memory is judged against, changes); so does a step boundary tied
+        with an arrival."""
         running, generated, output, kv_len, n = self.running, self.generated, self.output, self.kv_len, self.n
         if (not running or self.beams is not None or stepper._capped is not None
                 or any(self.prefill_left[i] for i in running)):
@@ -81,35 +83,94 @@ class StaticScheduler(Scheduler):
         active = [i for i in running if generated[i] < output[i]]
         if not active:
             return None
+        left = [output[i] - generated[i] for i in active]   # steps each still decodes in
+        limit = max(left) - 1                               # (the batch's last step retires it)
+        first = min(left)
         ids = [s for i in active for s in self.seq_ids(i)]
-        steps = self.alloc.decode_window(ids, min(output[i] - generated[i] for i in active) - 1)
+        steps = self.alloc.decode_window(ids, min(first, limit))
         if steps < 2:
             return None
         width = sum(n[i] for i in running)                 # decode_seqs: padding included
         context = sum(kv_len[i] * n[i] for i in running)   # before the next step's token
-        grow = len(ids)
-        step_time, cpu = stepper.cost.step_time, stepper.cpu_seconds
-        cpu_s = None if cpu is None else cpu(width)
+        if steps == first and first < limit:
+            steps = limit      # on through request ends (memory holds every peak: `_batch_fits`)
+        times = stepper.arrivals
+        if not self.waiting and next_arrival < len(times):
+            # an arrival ends the window and steps only lengthen (as `Stepper.window`): none starting
+            # after the first's duration x this many can be in it
+            d = stepper.decode_seconds(width, context + len(ids), 1)[0]
+            if d > 0:
+                steps = min(steps, int((times[next_arrival] - now) / d) + 2)
+        # segments of steps with the same requests decoding: [start, end) of the window's steps
+        ends_at = sorted({x for x in left if x < steps} | {steps})
+        segments, start, c = [], 0, context
+        for end in ends_at:
+            grow = sum(n[i] for i, x in zip(active, left) if x > start)
+            segments.append((start, end, grow, c + grow))  # (.., context of its first step)
+            c += grow * (end - start)
+            start = end
         durations = []
-        for c in range(context + grow, context + grow * (steps + 1), grow):
-            d = step_time(0, 0, width, c)                  # (as `Stepper.step_seconds`)
-            if cpu_s is not None:
-                d += cpu_s
-            durations.append(d)
+        for start, end, grow, c in segments:
+            durations += stepper.decode_seconds(width, c, end - start, growth=grow)
         ends = list(accumulate(durations, initial=now))    # ends[j] = start of step j
         k, waiting = stepper._arrivals_in(ends, steps, next_arrival, len(self.waiting))
-        times = stepper.arrivals
         while k and (now + (ends[k] - now) != ends[k] or _ties(times, next_arrival, ends[k])):
             k -= 1
         if k < 2:
             return None
-        memory = self.alloc.append_steps(ids, k, *self.head_of_queue())
-        for i in active:
-            kv_len[i] += k
-            generated[i] += k
-        bound = stepper._bound
-        flags = ([bound(0, 0, width, context + grow * (j + 1)) for j in range(k)] if bound is not None
-                 else [False] * k)
-        return StepPlan(decodes=active, decode_seqs=width, decode_context_tokens=context + grow,
+        head, parts = self.head_of_queue(), []
+        for start, end, grow, c in segments:
+            if start >= k:
+                break
+            seg = [s for i, x in zip(active, left) if x > start for s in self.seq_ids(i)]
+            num = min(end, k) - start
+            if start and self.alloc.decode_window(seg, num) < num:
+                raise RuntimeError("a static batch ran out of memory it was admitted with")
+            parts.append(self.alloc.append_steps(seg, num, *head))
+        for i, x in zip(active, left):
+            grown = min(x, k)
+            kv_len[i] += grown
+            generated[i] += grown
+        return StepPlan(decodes=active, decode_seqs=width, decode_context_tokens=context + len(ids),
                         batch_requests=len(running), starts=ends[:k], durations=durations[:k],
-                        waiting=waiting[:k], memory=memory, compute_bound=flags)
+                        waiting=waiting[:k], memory=_joined(parts),
+                        compute_bound=_flags(stepper._bound, width, segments, k))
+
+
+def _context(segments: list[tuple[int, int, int, int]], j: int) -> int:
+    """The context tokens step `j` of a window of `segments` reads."""
+    for start, end, grow, c in segments:
+        if j < end:
+            return c + grow * (j - start)
+    raise IndexError(j)
+
+
+def _flags(bound, width: int, segments: list[tuple[int, int, int, int]], k: int) -> list[bool]:
+    """Whether each of the window's first `k` steps is compute-bound (all False when the cost model does
+    not say). More context only adds memory traffic, so the flag turns off at most once: found by
+    bisection from the first and last steps' flags."""
+    if bound is None:
+        return [False] * k
+    first, last = (bound(0, 0, width, _context(segments, j)) for j in (0, k - 1))
+    if first == last:
+        return [first] * k
+    lo, hi = 0, k - 1                   # bound at lo, not at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if bound(0, 0, width, _context(segments, mid)):
+            lo = mid
+        else:
+            hi = mid
+    return [True] * hi + [False] * (k - hi)
+
+
+def _joined(parts: list):
+    """One window's memory snapshots from its segments' (lists of named tuples or `MemoryTable`s)."""
+    if len(parts) == 1:
+        return parts[0]
+    tables = [p for p in parts if hasattr(p, "array")]
+    if not tables:
+        return [row for p in parts for row in p]
+    import numpy as np
+    return type(tables[0])(np.concatenate([p.array if hasattr(p, "array") else np.array(p, np.int64)
+                                           for p in parts]))

@@ -135,19 +135,20 @@ class Stepper:
         return duration
 
     def decode_seconds(self, num_seqs: int, first_context: int, steps: int,
-                       contexts: Sequence[tuple[int, int]] = ()) -> list[float]:
+                       contexts: Sequence[tuple[int, int]] = (), growth: int | None = None) -> list[float]:
         """Durations of `steps` decode-only steps of `num_seqs` sequences reading `first_context`
-        context tokens in the first and `num_seqs` more in each next one (a window): the same as
-        `step_seconds` of each such step (kernels, then the profile's CPU time), computed at once when
-        the cost model can. `contexts`: (context, sequences) per request at the first step, for a cost
-        model that prices sliding or chunked layers per sequence."""
+        context tokens in the first and `growth` (default `num_seqs`) more in each next one (a window):
+        the same as `step_seconds` of each such step (kernels, then the profile's CPU time), computed
+        at once when the cost model can. `contexts`: (context, sequences) per request at the first
+        step, for a cost model that prices sliding or chunked layers per sequence."""
+        grow = num_seqs if growth is None else growth
         at_once = getattr(self.cost, "decode_step_times", None)
         if at_once is not None:
-            durations = at_once(num_seqs, first_context, steps)
+            durations = at_once(num_seqs, first_context, steps) if growth is None else \
+                at_once(num_seqs, first_context, steps, growth)
         else:
             step_time = self.cost.step_time
-            durations = [step_time(0, 0, num_seqs, c)
-                         for c in range(first_context, first_context + steps * num_seqs, num_seqs)]
+            durations = [step_time(0, 0, num_seqs, first_context + j * grow) for j in range(steps)]
         if self._capped is not None and contexts:
             durations = [d + c for d, c in zip(durations, self._capped.window_times(contexts, steps).tolist())]
         if self.cpu_seconds is not None:
