@@ -82,7 +82,7 @@ class MemoryTable:
 
 #: Windows of this many steps or more get one `MemoryTable` from `filling_snapshots` (as
 #: `paged_tick_steps.TABLE_MIN_STEPS`: numpy's fixed cost is about a hundred named tuples').
-FILL_TABLE_MIN_STEPS = 64
+FILL_TABLE_MIN_STEPS = 16
 
 
 def filling_snapshots(last: MemoryStats, steps: int, grow: int):
