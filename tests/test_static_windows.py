@@ -12,6 +12,7 @@ from kvsim.cost.roofline import ConstantCost, CostModel
 from kvsim.engine.build import build_run
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.engine.static_batching import _flags
+from kvsim.engine.step import Stepper
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
@@ -41,6 +42,45 @@ def test_a_batch_runs_as_its_prefill_one_window_and_its_last_step():
     last = out[2][1]
     assert last.starts == [9.0] and last.finished == [0, 1, 2] and last.memory[0].token_states == 28
     assert parts.scheduler.generated[:3] == [3, 6, 10]
+
+
+def test_under_a_stop_watch_windows_end_before_each_request_end():
+    """`Stepper.cut_at_request_ends` (set by `simulate` when a `stop_when` watch counts steps): the batch
+    above steps as it did before windows ran through request ends: decode steps 1 and 2 alone (a window
+    needs two steps before the first last token), a window of steps 3-4, step 5 (request 1's last token),
+    a window of steps 6-8 and the last step; so the watch is asked at the same step counts."""
+    trace = Trace.from_arrays([0.0, 0.0, 0.0], [4, 4, 4], [3, 6, 10])
+    cfg = SimConfig(DEP, CacheConfig(kv_gib=4, allocator="contiguous", reserve="oracle"), SchedulerConfig(batching="static"),
+                    engine_profile="ideal")
+    sched = build_run(trace, cfg).scheduler
+    for i in range(3):
+        sched.add(i, 0.0)
+    stepper = Stepper(sched, ConstantCost(1.0), trace.arrival_s.tolist())
+    stepper.cut_at_request_ends = True
+    now, out = 0.0, []
+    while (plan := stepper.step(now)) is not None:
+        out.append(plan.starts)
+        now = plan.end_s
+        if (window := stepper.window(plan, now, 3)) is not None:
+            out.append(window.starts)
+            now = window.end_s
+    assert out == [[0.0], [1.0], [2.0], [3.0, 4.0], [5.0], [6.0, 7.0, 8.0], [9.0]]
+
+
+def test_simulate_with_a_stop_watch_cuts_static_windows_at_request_ends(monkeypatch):
+    """A watch asked after every turn of the engine's loop (a step and the window after it;
+    `STOP_CHECK_EVERY` 1) is asked at the ends of steps 0, 1, the window to step 4, the window to step 8
+    and the last step (a window through request ends would leave only 9 and 10)."""
+    from kvsim.engine import sim
+    monkeypatch.setattr(sim, "STOP_CHECK_EVERY", 1)
+    trace = Trace.from_arrays([0.0, 0.0, 0.0], [4, 4, 4], [3, 6, 10])
+    cfg = SimConfig(DEP, CacheConfig(kv_gib=4, allocator="contiguous", reserve="oracle"), SchedulerConfig(batching="static"),
+                    engine_profile="ideal")
+    asked = []
+    result = sim.simulate(trace, cfg, cost=ConstantCost(1.0), stop_when=lambda s, now: asked.append(now) or False)
+    assert asked == [1.0, 2.0, 5.0, 9.0, 10.0]
+    plain = sim.simulate(trace, cfg, cost=ConstantCost(1.0))
+    assert plain.summary["engine_steps"] == result.summary["engine_steps"] == 10
 
 
 @pytest.mark.parametrize("cache, n, profile", [

@@ -87,6 +87,7 @@ def simulate(trace: Trace, cfg: SimConfig, progress: Callable[[float], None] | N
                     progress_every=STOP_CHECK_EVERY if stop_when is not None else 2000,
                     fast_forward=fast_forward,   # (a profile without CPU time adds 0.0: skipped)
                     cpu_seconds=profile.cpu_seconds if profile.cpu_step_s or profile.cpu_seq_s else None)
+    engine.stepper.cut_at_request_ends = stop_when is not None   # (the watch's step counts stay put)
     stopped = None
     try:
         engine.run()

@@ -75,7 +75,8 @@ class StaticScheduler(Scheduler):
         its context then grows by fewer sequences), as one plan timed by `stepper` exactly as its
         `step` would time each (at least two), or None. An arrival into an empty queue ends it (the
         head of the queue, which memory is judged against, changes); so does a step boundary tied
-        with an arrival."""
+        with an arrival. With `stepper.cut_at_request_ends` (a stop watch counts steps), it ends
+        before the first step that emits a request's last token."""
         running, generated, output, kv_len, n = self.running, self.generated, self.output, self.kv_len, self.n
         if (not running or self.beams is not None or stepper._capped is not None
                 or any(self.prefill_left[i] for i in running)):
@@ -84,8 +85,8 @@ class StaticScheduler(Scheduler):
         if not active:
             return None
         left = [output[i] - generated[i] for i in active]   # steps each still decodes in
-        limit = max(left) - 1                               # (the batch's last step retires it)
         first = min(left)
+        limit = first - 1 if stepper.cut_at_request_ends else max(left) - 1   # (the last step retires it)
         ids = [s for i in active for s in self.seq_ids(i)]
         steps = self.alloc.decode_window(ids, min(first, limit))
         if steps < 2:

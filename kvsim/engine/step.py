@@ -113,6 +113,10 @@ class Stepper:
         self.arrivals = list(arrival_s)
         self.cpu_seconds = cpu_seconds
         self.swap_s = 0.0
+        # static batching's windows end before each step at which a request emits its last token, as they
+        # once did, where a watch asks every so many steps (`simulate`'s `stop_when`): else a window runs
+        # through them and the watch would look at other times (`StaticScheduler.batch_window`)
+        self.cut_at_request_ends = False
         self._bound = getattr(cost, "compute_bound", None)
         # sliding / chunked layers are priced from each sequence's own context (kvsim.cost.layer_kinds)
         self._capped = getattr(cost, "capped", None) or None
