@@ -9,7 +9,7 @@ both alike; each process reports its CPU time (`resource.getrusage`: user + syst
 per group the CPU seconds of both and the ratio, and checks that every row (wall times aside) is the
 same: the speed-ups must not change an output.
 
-    python bench/paper_hot_points.py                       # one-hour traces, against aa1d257's successor
+    python bench/paper_hot_points.py                       # one-hour traces, against 87f6a15 (main before it)
     python bench/paper_hot_points.py --duration 600 --groups static,block1
 """
 
