@@ -1,8 +1,8 @@
 """Lazy ticks at small block sizes (1, 2, 3 slots: nearly every ticking sequence crosses a block boundary
-at every tick, the plain tick of kvsim/alloc/paged_window.py `_tick_plain` takes their blocks at once and
-a tick left half done goes on from where it stopped) equal the per-sequence path step by step, under the
-preemption churn of a small cache, with and without parallel samples (a fork's shared partly filled
-block takes the general tick) and prefix caching; and a plain tick by hand."""
+at every tick, and a tick left half done by a missing block goes on after a preemption) equal the
+per-sequence path step by step, under the preemption churn of a small cache, with and without parallel
+samples (a fork's shared partly filled block) and prefix caching (one-slot decode blocks are registered
+on both paths); and ticks of one-slot blocks by hand."""
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
@@ -39,7 +39,7 @@ def test_small_block_ticks_equal_per_sequence_steps(seed, block_size, slots, swa
     _side_by_side(trace, cfg)
 
 
-def test_a_plain_tick_of_one_slot_blocks_by_hand():
+def test_ticks_of_one_slot_blocks_by_hand():
     """Blocks of one slot: every ticking sequence takes a block at every tick. Sequences 1, 2, 3 (2, 1
     and 1 tokens, in blocks [0, 1], [2], [3]) tick in that order over 6 blocks: tick 0 gives them 4, 5
     and finds none for 3: left half done; freeing 2 (blocks 2 and 5, last first) lets it go on: 3 takes

@@ -85,8 +85,6 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         self._chained: tuple[object, list[int]] = ((), [])   # last content ids -> their chained hashes
         self._clock, self._ticking, self._joins, self._pending = 0, 0, 0, None   # PagedTicks
         self._due: dict[int, list[_Seq]] = {}
-        self._cow_ticks: set[int] = set()   # ticks at which a fork's shared partly filled last block is due
-        self._plain_at = 0                   # where `_tick_plain` stopped in `_pending`
     # ---- allocate / fork / free ----------------------------------------------------------------
 
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),

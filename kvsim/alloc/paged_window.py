@@ -110,7 +110,6 @@ class PagedTicks:
         self._ticking += 1
         if seq.tokens % bs and self._ref[seq.table[-1]] > 1:   # a fork sharing its partly filled last
             seq.due = due = clock                               # block: copied at the next tick
-            self._cow_ticks.add(clock)
         else:
             seq.due = due = clock + len(seq.table) * bs - seq.tokens
         waiting = self._due.get(due)
@@ -162,8 +161,6 @@ class PagedTicks:
                 self._clock += 1
                 self._sum_tokens += self._ticking
                 return True
-        if self._cache is None and self._clock not in self._cow_ticks:
-            return self._tick_plain(pending)
         clock, bs, released = self._clock, self.block_size, self._free
         free = taken = self.num_free_blocks
         nxt = self._due.setdefault(clock + bs, [])
@@ -211,58 +208,6 @@ class PagedTicks:
             nxt.append(seq)
         self._sum_blocks += taken - free
         self._sum_reach += reach
-        self._pending = None
-        self._cow_ticks.discard(clock)
-        self._clock = clock + 1
-        self._sum_tokens += self._ticking
-        return True
-
-    def _tick_plain(self, pending: list) -> bool:
-        """`tick` without a prefix cache and with no fork's shared last block due: every due sequence of
-        `pending` (from `_plain_at` on when it is a tick left half done) that is not stale takes one block
-        of its own, in order, as many as are free, taken at once (`_take_many`: the same blocks in the
-        same order). A tick left half done keeps the whole list and where it stopped, so going on from
-        there checks only the sequences not yet served (the preempted ones are stale by then)."""
-        clock, bs = self._clock, self.block_size
-        at = self._plain_at if self._pending is not None else 0
-        free = self.num_blocks - self._top + len(self._free)
-        served, end = [], len(pending)
-        while free and at < end:
-            chunk = pending[at:at + free]
-            at += len(chunk)
-            valid = [seq for seq in chunk if seq.due == clock]      # (the stale ones stopped ticking)
-            served += valid
-            free -= len(valid)
-        if free == 0:      # the rest may all be stale: skip them (else the tick is left half done here)
-            while at < end and pending[at].due != clock:
-                at += 1
-        due, reach = clock + bs, 0
-        if bs == 1:                     # (the same, one slot a block: reach grows by 1 below the peak)
-            for seq, block in zip(served, self._take_many(len(served))):
-                table = seq.table
-                if seq.final > len(table):
-                    reach += 1
-                table.append(block)
-                seq.due = due
-        else:
-            for seq, block in zip(served, self._take_many(len(served))):
-                table = seq.table
-                held = len(table) * bs
-                table.append(block)
-                seq.due = due
-                final = seq.final
-                if final > held:
-                    reach += (final if final < held + bs else held + bs) - held
-        nxt = self._due.get(due)
-        if nxt is None:
-            self._due[due] = served
-        else:
-            nxt += served
-        self._sum_blocks += len(served)
-        self._sum_reach += reach
-        if at < end:
-            self._pending, self._plain_at = pending, at
-            return False
         self._pending = None
         self._clock = clock + 1
         self._sum_tokens += self._ticking
