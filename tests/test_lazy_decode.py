@@ -33,11 +33,13 @@ def _state(sched, alloc):
             (cache.evictable_blocks(), {h: list(blocks) for h, blocks in cache._blocks_of.items()}))
 
 
-def _side_by_side(trace, cfg, stop_at: int = -1) -> int:
+def _side_by_side(trace, cfg, stop_at: int = -1, state=None) -> int:
     """Step `trace` lazily and per sequence side by side, asserting equal plans and states after each
     step; `stop_at`: leave the lazy mode (`_stop_lazy`) at the first step from then on when a member's
-    state is behind the clocks (so that leaving has something to bring up to date). Returns the step
-    it left at (or the steps run)."""
+    state is behind the clocks (so that leaving has something to bring up to date); `state(scheduler,
+    allocator)`: what must be equal after each step (default: the paged allocator's `_state`). Returns
+    the step it left at (or the steps run; 0 when every request was refused on arrival)."""
+    state = state or _state
     steps, stopped, la = 0, -1, None
     for (a, sa, la), (b, sb, lb) in zip(_run(trace, cfg, True), _run(trace, cfg, False), strict=True):
         assert (sa._lazy or stopped >= 0) and not sb._lazy
@@ -47,7 +49,7 @@ def _side_by_side(trace, cfg, stop_at: int = -1) -> int:
             sa._stop_lazy()        # (reading the state below brings every member up to date: not before)
             stopped = steps
         if stop_at < 0 or steps < stop_at or stopped >= 0:
-            assert _state(sa, la) == _state(sb, lb), f"step {steps}"
+            assert state(sa, la) == state(sb, lb), f"step {steps}"
         if steps % 7 == 0:
             la.check_invariants()
     if la is None:                  # (no step on either path: every request was refused on arrival)

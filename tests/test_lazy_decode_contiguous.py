@@ -5,8 +5,6 @@ is the same after each step, for the max, pow2 and oracle policies under buddy a
 placement, with queueing, windows, chunked and separate prefill steps, swap, parallel samples and a
 hybrid model (whose grouped reservations keep the per-sequence path)."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -19,7 +17,7 @@ from kvsim.planning.runs import make_config
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
-from engine_loop import steps_of
+from test_lazy_decode import _side_by_side as side_by_side
 from quick_examples import examples
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
@@ -33,21 +31,8 @@ def _state(sched, alloc):
 
 
 def _side_by_side(trace, cfg) -> int:
-    """Steps run side by side (asserting equal plans and states after each); 0 when every request is
-    refused on arrival (a max reservation larger than the cache)."""
-    steps, la = 0, None
-    for (a, sa, la), (b, sb, lb) in zip(steps_of(trace, cfg, True), steps_of(trace, cfg, False), strict=True):
-        assert sa._lazy and not sb._lazy
-        assert dataclasses.asdict(a) == dataclasses.asdict(b), f"step {steps}"
-        assert _state(sa, la) == _state(sb, lb), f"step {steps}"
-        steps += 1
-        if steps % 5 == 0:
-            la.check_invariants()
-    if la is None:
-        return 0
-    la.check_invariants()
-    assert sa.num_finished + sa.num_rejected == len(trace)
-    return steps
+    """Steps run side by side, plans and contiguous states compared after each (tests/test_lazy_decode.py)."""
+    return side_by_side(trace, cfg, state=_state)
 
 
 @settings(**examples(60), deadline=None)
