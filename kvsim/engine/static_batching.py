@@ -10,10 +10,9 @@ steps, times and memory as stepping one at a time (tests/test_fast_forward.py co
 
 from __future__ import annotations
 
-from itertools import accumulate
 
 from kvsim.engine.scheduler import Scheduler
-from kvsim.engine.step import StepPlan, _ties
+from kvsim.engine.step import StepPlan
 
 
 class StaticScheduler(Scheduler):
@@ -113,10 +112,7 @@ class StaticScheduler(Scheduler):
         durations = []
         for start, end, grow, c in segments:
             durations += stepper.decode_seconds(width, c, end - start, growth=grow)
-        ends = list(accumulate(durations, initial=now))    # ends[j] = start of step j
-        k, waiting = stepper._arrivals_in(ends, steps, next_arrival, len(self.waiting))
-        while k and (now + (ends[k] - now) != ends[k] or _ties(times, next_arrival, ends[k])):
-            k -= 1
+        k, ends, waiting = stepper.window_cut(durations, now, next_arrival, len(self.waiting))
         if k < 2:
             return None
         head, parts = self.head_of_queue(), []

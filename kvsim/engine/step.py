@@ -222,11 +222,7 @@ class Stepper:
             if first > 0:
                 steps = min(steps, int((times[next_arrival] - now) / first) + 2)
         durations = self.decode_seconds(num_seqs, context + num_seqs, steps, contexts)
-        ends = list(accumulate(durations, initial=now))     # ends[j] = start of step j
-        k, waiting = self._arrivals_in(ends, steps, next_arrival, len(sched.waiting))
-        # the window's end is the next step's start: no tie with an arrival, and exactly reachable
-        while k and (now + (ends[k] - now) != ends[k] or _ties(times, next_arrival, ends[k])):
-            k -= 1
+        k, ends, waiting = self.window_cut(durations, now, next_arrival, len(sched.waiting))
         if k < 2:
             return None
         memory = sched.advance(ids, k)
@@ -239,6 +235,19 @@ class Stepper:
                         decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
                         limited_by=last.limited_by, starts=ends[:k], durations=durations[:k],
                         waiting=waiting[:k], memory=memory, compute_bound=bound)
+
+    def window_cut(self, durations: list[float], now: float, next_arrival: int,
+                   queued: int) -> tuple[int, list[float], list[int]]:
+        """How many of the steps of `durations` (s), the first starting at `now`, can run as one window
+        given `queued` requests queued and arrivals from index `next_arrival` on (`_arrivals_in`), with
+        each step's start (`ends[j]`: the start of step j) and the queue length at it."""
+        ends = list(accumulate(durations, initial=now))
+        k, waiting = self._arrivals_in(ends, len(durations), next_arrival, queued)
+        # the window's end is the next step's start: no tie with an arrival, and exactly reachable
+        times = self.arrivals
+        while k and (now + (ends[k] - now) != ends[k] or _ties(times, next_arrival, ends[k])):
+            k -= 1
+        return k, ends, waiting
 
     def _arrivals_in(self, starts: list[float], steps: int, nxt: int, queued: int) -> tuple[int, list[int]]:
         """How many of the `steps` steps starting at `starts` can be in a window, and the queue length
