@@ -16,11 +16,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvsim.alloc.hybrid import HybridAllocator
+from kvsim.engine.build import build_run
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig, kv_cache_plan
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
 from engine_loop import steps_of
+from test_lazy_decode import _side_by_side as side_by_side
 from quick_examples import examples
 
 
@@ -57,20 +59,11 @@ def _state(sched, alloc):
 
 
 def _side_by_side(trace, cfg, hybrid: bool) -> int:
-    """Step `trace` lazily and per sequence side by side (equal plans and states after each step); every
-    request ends finished or rejected."""
-    steps = 0
-    for (a, sa, la), (b, sb, lb) in zip(_run(trace, cfg, True), _run(trace, cfg, False), strict=True):
-        assert sa._lazy and not sb._lazy
-        assert isinstance(la, HybridAllocator) == hybrid
-        assert dataclasses.asdict(a) == dataclasses.asdict(b), f"step {steps}"
-        assert _state(sa, la) == _state(sb, lb), f"step {steps}"
-        steps += 1
-        if steps % 5 == 0:
-            la.check_invariants()
-    la.check_invariants()
-    assert sa.num_finished + sa.num_rejected == len(trace)
-    return steps
+    """Step `trace` lazily and per sequence side by side (equal plans and hybrid states after each step,
+    tests/test_lazy_decode.py); every request ends finished or rejected. `hybrid`: whether the run's
+    allocator is vLLM's hybrid manager (else the paged pool)."""
+    assert isinstance(build_run(trace, cfg).allocator, HybridAllocator) == hybrid
+    return side_by_side(trace, cfg, state=_state)
 
 
 def _trace(seed: int, burst: bool, shared: bool, num: int = 40) -> Trace:
