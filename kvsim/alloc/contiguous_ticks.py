@@ -16,11 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats, MemoryTable
-
-#: Windows of this many ticks or more get one `MemoryTable` (numpy); shorter ones a list of named
-#: tuples (as kvsim/alloc/paged_tick_steps.py's TABLE_MIN_STEPS, timed there).
-TABLE_MIN_STEPS = 64
+from .base import AllocationError, MemoryStats, filling_snapshots
 
 
 class ContiguousTicks:
@@ -73,20 +69,8 @@ class ContiguousTicks:
 
     def tick_steps(self, steps: int, head_tokens: int = 0, head_final_tokens: int = 0) -> Sequence[MemoryStats]:
         """`steps` ticks; `stats(head_tokens, head_final_tokens)` after each (only the written and
-        reserved slots change: `ticking` more and fewer per tick)."""
-        before, grow = self.stats(head_tokens, head_final_tokens), len(self._at)
+        reserved slots change: one per ticking sequence and tick, `filling_snapshots`)."""
+        grow = len(self._at)
         self._clock += steps
         self._sum_tokens += grow * steps
-        if steps < TABLE_MIN_STEPS:
-            rows, row, make = [], list(before), tuple.__new__
-            for _ in range(steps):
-                row[1] += grow                  # token_states
-                row[2] -= grow                  # reserved
-                rows.append(make(MemoryStats, row))     # (a named tuple made directly)
-            return rows
-        import numpy as np
-        out = np.tile(np.array(before, np.int64), (steps, 1))
-        added = np.arange(grow, grow * (steps + 1), grow, np.int64) if grow else 0
-        out[:, MemoryStats._fields.index("token_states")] += added
-        out[:, MemoryStats._fields.index("reserved")] -= added
-        return MemoryTable(out)
+        return filling_snapshots(self.stats(head_tokens, head_final_tokens), steps, grow)

@@ -100,8 +100,8 @@ class PagedAppends:
                     seq.final = final = new_tokens
                 self._sum_reach += min(final, held + bs) - min(final, held)
                 self._sum_blocks += 1
-                if bs == 1 and cache is not None:              # (one slot fills the new block)
-                    self._register(seq, new_tokens - 1, new_tokens)
+                if new_tokens == held + bs and cache is not None:   # filled the new block (one-slot blocks)
+                    self._register(seq, new_tokens // bs - 1, new_tokens // bs)
         except KeyError:
             bad = next(j for j in range(start, len(seq_ids)) if seq_ids[j] not in seqs)
             self._sum_tokens += bad - start
