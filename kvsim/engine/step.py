@@ -99,6 +99,8 @@ class StepPlan:
 
 #: What held waiting requests back after a step (`StepPlan.limited_by`, the summary's `limited_by`).
 LIMITS = ("", "kv_memory", "max_num_seqs", "token_budget")
+#: The limits that hold the head of the queue back until memory is freed or a request ends.
+_BLOCKED = (LIMITS.index("kv_memory"), LIMITS.index("max_num_seqs"))
 
 
 class Stepper:
@@ -201,7 +203,8 @@ class Stepper:
         own = getattr(sched, "batch_window", None)      # static batching's windows (its own rules)
         if own is not None:
             return own(self, last, now, next_arrival)
-        if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped):
+        if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped) \
+                and not self._after_blocked_prefill(last):
             return None      # the next step may admit or swap in (else it only decodes: steady)
         if not last.waiting[-1] and (sched.waiting or (next_arrival < len(times)
                                                        and times[next_arrival] <= now + last.durations[-1])):
@@ -235,6 +238,16 @@ class Stepper:
                         decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
                         limited_by=last.limited_by, starts=ends[:k], durations=durations[:k],
                         waiting=waiting[:k], memory=memory, compute_bound=bound)
+
+    def _after_blocked_prefill(self, last: StepPlan) -> bool:
+        """Whether `last` was a prompt-only step (vLLM v0's separate prefill) whose admission stopped at
+        KV memory or the sequence limit, and that retired, preempted and swapped nothing: then the next
+        step's admission fails the same way (the same head of the queue, memory and running count;
+        decode steps only shrink memory) and it only decodes, so a window may start there. Not under
+        a stop watch (`cut_at_request_ends`): it asks every so many engine iterations, which must stay put."""
+        return (not (last.decodes or last.swap_tokens or last.preempted or last.finished or self.sched.swapped
+                     or self.cut_at_request_ends)
+                and last.limited_by in _BLOCKED and self.sched.cfg.separate_prefill)
 
     def window_cut(self, durations: list[float], now: float, next_arrival: int,
                    queued: int) -> tuple[int, list[float], list[int]]:
