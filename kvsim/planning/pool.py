@@ -66,10 +66,9 @@ def run_pool(fn: Callable, items: list, args: tuple, workers: int, on_result: Ca
         for item in items:
             on_result(fn(item, *args))
         return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), initializer=_init_worker,
-                               initargs=(os.getpid(), fn, args))
+    pool = _pool(fn, args, min(workers, len(items)))
     try:
         futures = [pool.submit(_call, item) for item in items]
         if on_started is not None:
@@ -77,9 +76,47 @@ def run_pool(fn: Callable, items: list, args: tuple, workers: int, on_result: Ca
         for fut in as_completed(futures):
             on_result(fut.result())
     except BaseException:
-        # the executor has no public way to stop running work: end its processes, then return at once
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            proc.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop(pool)
         raise
     pool.shutdown()
+
+
+def run_fed(fn: Callable, args: tuple, workers: int, take: Callable[[], Any], on_result: Callable[[Any], None]) -> None:
+    """`fn(item, *args)` for the items `take()` hands out one at a time (None: none is ready now), at
+    most `workers` at once (1: here, in turn), each result handed to `on_result` as it finishes; what
+    `on_result` learns may make more items ready, so the next one is taken only when a worker is free.
+    Ends once nothing runs and `take()` gives None."""
+    if workers <= 1:
+        while (item := take()) is not None:
+            on_result(fn(item, *args))
+        return
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pool, running = _pool(fn, args, workers), set()
+    try:
+        while True:
+            while len(running) < workers and (item := take()) is not None:
+                running.add(pool.submit(_call, item))
+            if not running:
+                break
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                on_result(fut.result())
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _pool(fn: Callable, args: tuple, workers: int):
+    """`workers` processes that each get `fn` and `args` once (`_init_worker`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(os.getpid(), fn, args))
+
+
+def _stop(pool) -> None:
+    """End `pool`'s processes and return at once (the executor has no public way to stop running work)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
