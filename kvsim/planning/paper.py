@@ -6,7 +6,8 @@ normalized latency against request rate for static batching, contiguous max/pow2
 memory breakdown and mean batched requests per system at one rate; a block-size sweep; recompute against
 swap over block sizes; for OPT-13B the same capacity, batch, block-size and swap studies again under the
 low and high CPU-time variants of the main profile (`variants`). Every run is a sweep point, and all
-of them run as one pool (`kvsim.planning.sweep.run_points`), each distinct run once.
+of them run as one pool (kvsim/planning/paper_runs.py: each distinct run once, a curve's points in
+order of rate so that only the point past a knee runs to its end).
 Traces last one hour as in the paper unless `duration_s` says otherwise (shorter traces soften the
 latency explosion past capacity but keep the knee).
 """
@@ -18,10 +19,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvsim.planning.latency_ceiling import ABOVE
+from kvsim.planning.paper_runs import STOP, KneeRule, Runs
 from kvsim.planning.runs import SYSTEMS as RUN_SYSTEMS, run_flags
-from kvsim.planning.sweep import run_points
-from kvsim.planning.sweep_grid import grid_points
 
 #: The paper's deployments (Table 1) as run flags.
 SETUPS: dict[str, dict] = {
@@ -39,7 +38,7 @@ KNEE_FACTOR = 2.0
 #: The latency plots' ceiling (s/token; the vLLM paper's Fig. 12 stops its y axis at 1 s/token): a curve
 #: point past a system's knee stops once its normalized latency is surely above it (`latency_ceiling`),
 #: unless its value is needed (a table rate's row, or the first point past the knee: the capacity
-#: interpolates to it). `ceiling=None` in `run_paper` runs every point to its end.
+#: interpolates to it). `ceiling=False` in `run_paper` runs every point to its end.
 CEILING_S_PER_TOKEN = 1.0
 
 
@@ -89,101 +88,6 @@ def engine_profiles() -> tuple[str | None, str | None]:
     return ("vllm-2023", "vllm-v1") if "engine_profile" in run_flags() else (None, None)
 
 
-class _Runs:
-    """Every sweep of a study, run as one pool of points (`run_points`: no worker idles at the end of
-    each grid; a run two grids share is made once), the most expensive first."""
-
-    def __init__(self) -> None:
-        self.sweeps: list[list[dict]] = []
-        self.rows: list[list[dict]] = []
-
-    def add(self, grid: dict, base: dict) -> int:
-        """Queue `grid` over `base` (as `run_sweep`); its index for `frame`."""
-        self.sweeps.append(grid_points(grid, base))
-        return len(self.sweeps) - 1
-
-    def run(self, workers: int | None) -> None:
-        points = [p for sweep in self.sweeps for p in sweep]
-        order = sorted(range(len(points)), key=lambda k: -_cost(points[k]))
-        made = run_points([points[k] for k in order], workers=workers)
-        rows: list[dict] = [{}] * len(points)
-        for k, row in zip(order, made):
-            rows[k] = row
-        at = 0
-        for sweep in self.sweeps:
-            self.rows.append(rows[at:at + len(sweep)])
-            at += len(sweep)
-
-    def rerun_whole(self, at: list[tuple[int, int]], workers: int | None) -> None:
-        """Run again to their end the points (sweep index, position) that stopped above the ceiling."""
-        points = [{k: v for k, v in self.sweeps[i][j].items() if k != STOP} for i, j in at]
-        for (i, j), row in zip(at, run_points(points, workers=workers)):
-            self.rows[i][j] = row
-
-    def frame(self, index: int, tags: dict | None = None, above: list | None = None) -> pd.DataFrame:
-        """The table of sweep `index` (as `run_sweep` returns it) with `tags` as columns; ValueError if a
-        run failed. Runs stopped above the ceiling are left out of it, into `above` (rate and tags)."""
-        rows = self.rows[index]
-        if above is not None:
-            above.extend({**(tags or {}), "preset": r["preset"], "rate": r["rate"], ABOVE: r[ABOVE]}
-                         for r in rows if r.get(ABOVE) is not None)
-            rows = [r for r in rows if r.get(ABOVE) is None]
-        df = pd.DataFrame(rows).assign(**(tags or {}))
-        bad = df[df.status != "ok"]
-        if len(bad):
-            raise ValueError(f"paper run failed ({bad.error.iloc[0]}) at {bad.iloc[0].get('run_id')}")
-        return df
-
-
-STOP = "stop_above_s_per_token"
-
-
-def _knees(runs: _Runs, curves_at: list[tuple[int, dict]]) -> list[tuple[int, int]]:
-    """The stopped points whose value a capacity needs: per (setup, preset), for each threshold a
-    capacity is computed against (`capacities` over every system, and over VARIANT_SYSTEMS for
-    `paper_diff`), each curve's first point above it, when that point stopped; when a threshold is
-    not below the ceiling (a stopped point might be under it), every stopped point of the group."""
-    found: set[tuple[int, int]] = set()
-    groups: dict[tuple, list[tuple[int, dict]]] = {}
-    for i, tags in curves_at:
-        groups.setdefault((tags["setup"], runs.sweeps[i][0]["preset"]), []).append((i, tags))
-
-    def value(row: dict) -> float:
-        above = row.get(ABOVE)
-        return float("inf") if above is not None and above == above else float(
-            row.get("normalized_latency_s_per_token") or 0.0)
-
-    for members in groups.values():
-        lowest = min(r["rate"] for i, _ in members for r in runs.rows[i])
-        for subset in (None, VARIANT_SYSTEMS):
-            chosen = [(i, t) for i, t in members if subset is None or t["system"] in subset]
-            low = [value(r) for i, _ in chosen for r in runs.rows[i] if r["rate"] == lowest]
-            if not low:
-                continue
-            threshold = KNEE_FACTOR * min(low)
-            for i, _ in chosen:
-                for j in sorted(range(len(runs.rows[i])), key=lambda j: runs.rows[i][j]["rate"]):
-                    v = value(runs.rows[i][j])
-                    if v == float("inf"):
-                        found.add((i, j))
-                        if threshold < CEILING_S_PER_TOKEN:
-                            break               # surely above: the first point past the knee
-                    elif v > threshold:
-                        break
-    return sorted(found)
-
-
-#: Mean prompt + output tokens of the presets (DESIGN.md): with the rate, a point's expected cost.
-_TOKENS = {"sharegpt": 161.31 + 337.99, "alpaca": 19.31 + 58.45}
-
-
-def _cost(point: dict) -> float:
-    """A point's relative run time, to start the longest first: tokens per second of its workload,
-    static batching first (one decode step per token of its longest request)."""
-    work = float(point.get("rate", 1.0)) * _TOKENS.get(point.get("preset"), 100.0)
-    return work * (10.0 if point.get("batching") == "static" else 1.0)
-
-
 def capacity(curve: pd.DataFrame, threshold: float) -> float:
     """Rate (req/s) where normalized latency crosses `threshold`, linear between grid points; the
     highest rate when it never does, 0.0 when even the lowest rate is above it."""
@@ -203,7 +107,7 @@ class PaperResults:
     """Every whole run's row (`curves`, `blocks`, `swap`), the capacities and the wall time (s); `variants`:
     per CPU-time variant name (e.g. 'vllm-2023:low'), OPT-13B's (curves, blocks, swap) under it; `above`:
     the curve points stopped once surely above the ceiling (setup, system, profile, preset, rate, and
-    `latency_above_s_per_token`), left out of the curves: no capacity needs them (`_knees`)."""
+    `latency_above_s_per_token`), left out of the curves: no capacity needs them (`paper_runs.knees`)."""
 
     plan: PaperPlan
     profile: str | None
@@ -217,7 +121,7 @@ class PaperResults:
     above: pd.DataFrame = field(default_factory=pd.DataFrame)    # curve points stopped above the ceiling
 
 
-def _block_and_swap(plan: PaperPlan, extra: dict, runs: _Runs) -> tuple[list[tuple[int, str]], int]:
+def _block_and_swap(plan: PaperPlan, extra: dict, runs: Runs) -> tuple[list[tuple[int, str]], int]:
     """Queue OPT-13B's block-size sweep per preset and its recompute-against-swap sweep under `extra`
     flags: ((index, preset) per block-size sweep, the swap sweep's index)."""
     base13 = {**SETUPS["OPT-13B"], "duration_s": plan.duration_s, "seed": plan.seed, **extra,
@@ -229,7 +133,7 @@ def _block_and_swap(plan: PaperPlan, extra: dict, runs: _Runs) -> tuple[list[tup
     return blocks, swap
 
 
-def _blocks_frame(runs: _Runs, queued: tuple[list[tuple[int, str]], int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _blocks_frame(runs: Runs, queued: tuple[list[tuple[int, str]], int]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return (pd.concat([runs.frame(i, {"preset": p}) for i, p in queued[0]], ignore_index=True), runs.frame(queued[1]))
 
 
@@ -239,7 +143,7 @@ def run_paper(plan: PaperPlan = FULL, workers: int | None = None, ceiling: bool 
     start = time.perf_counter()
     profile, side = engine_profiles()
     extra = {"engine_profile": profile} if profile else {}
-    runs = _Runs()
+    runs = Runs()
     curves_at: list[tuple[int, dict]] = []
     for setup in plan.setups:
         for preset in ("sharegpt", "alpaca"):
@@ -272,10 +176,8 @@ def run_paper(plan: PaperPlan = FULL, workers: int | None = None, ceiling: bool 
             for p in runs.sweeps[i]:
                 if p["rate"] != plan.table_rate.get((setup, p["preset"])):
                     p[STOP] = float(CEILING_S_PER_TOKEN)
-    runs.run(workers)
-    if ceiling:
-        runs.rerun_whole(_knees(runs, curves_at) + [k for vc, _ in variants_at.values() for k in _knees(runs, vc)],
-                         workers)
+    runs.run(workers, [curves_at] + [vc for vc, _ in variants_at.values()],
+             KneeRule(KNEE_FACTOR, CEILING_S_PER_TOKEN, VARIANT_SYSTEMS) if ceiling else None)
     above: list[dict] = []
     curves = pd.concat([runs.frame(i, tags, above) for i, tags in curves_at], ignore_index=True)
     blocks, swap = _blocks_frame(runs, main_blocks)
