@@ -5,11 +5,13 @@ from kvsim.engine.build import build_run
 from kvsim.engine.step import Stepper
 
 
-def engine_steps(trace, parts):
+def engine_steps(trace, parts, watched: bool = False):
     """Yield ("step", plan) after each step and ("window", window) after each window until the trace's
-    requests are all done; `parts` is `kvsim.engine.build.build_run(trace, cfg)`."""
+    requests are all done; `parts` is `kvsim.engine.build.build_run(trace, cfg)`; `watched`: windows
+    as under a stop watch (`Stepper.cut_at_request_ends`)."""
     sched = parts.scheduler
     stepper = Stepper(sched, parts.cost, trace.arrival_s.tolist())
+    stepper.cut_at_request_ends = watched
     now, nxt = 0.0, 0
     while True:
         while nxt < len(trace) and trace.arrival_s[nxt] <= now:

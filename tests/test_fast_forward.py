@@ -112,3 +112,20 @@ def test_windows_carry_most_steps_of_a_steady_decode_workload():
     assert sched.num_finished == 400
     assert windowed > 0.5 * (single + windowed)
     parts.allocator.check_invariants()
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_a_window_follows_a_prompt_step_that_left_the_queue_blocked(watched):
+    """vLLM v0's separate prefill: after a prompt-only step whose admission stopped for want of KV memory,
+    the next step only decodes, so a window may start right there (not under a stop watch, which asks
+    every so many engine iterations); the rows are those of single steps either way (`both`)."""
+    trace = load_trace(ROOT / "traces" / "sharegpt_2rps_10min.jsonl").head(300)
+    cache, sched = CONFIGS["contiguous-max"]
+    cfg = SimConfig(DEP, CacheConfig(kv_gib=2, **cache), SchedulerConfig(**profile_sched(sched, "vllm-2023")),
+                    engine_profile="vllm-2023")
+    seen = list(engine_steps(trace, build_run(trace, cfg), watched))
+    blocked = [(a[1], b[0]) for a, b in zip(seen, seen[1:]) if a[0] == "step" and a[1].prefills
+               and not a[1].finished and a[1].limited_by == 1]
+    assert len(blocked) > 10
+    assert any(kind == "window" for _, kind in blocked) != watched
+    both(trace, cfg)
