@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from kvsim.planning import paper, run_cache, sweep
+from kvsim.planning import paper
 from kvsim.planning.paper_runs import STOP, KneeRule, Runs, knees
 from kvsim.planning.pool import run_fed
 
-from test_paper_fast import PLAN
+from test_paper_fast import PLAN, counted  # noqa: F401 (a fixture: the points run, in order)
 
 
 def _square(x: int) -> int:
@@ -40,23 +40,8 @@ def test_run_fed_takes_what_results_make_ready(workers):
     assert out["most"] <= workers        # no more under way than workers
 
 
-@pytest.fixture
-def made(monkeypatch):
-    """The points run (one worker: in this process, in the order they ran)."""
-    points = []
-    real = sweep.run_point_parts
-
-    def counting(point, trace=None, config=None):
-        points.append(point)
-        return real(point, trace, config)
-
-    monkeypatch.setattr(sweep, "run_point_parts", counting)
-    run_cache.clear()
-    yield points
-    run_cache.clear()
-
-
-def test_curve_points_run_by_rate_and_each_once(made):
+def test_curve_points_run_by_rate_and_each_once(counted):
+    made = counted
     res = paper.run_paper(PLAN, workers=1)
     table = set(PLAN.table_rate.values())
     curves: dict[tuple, list[float]] = {}
