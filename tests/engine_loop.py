@@ -26,9 +26,13 @@ def engine_steps(trace, parts, watched: bool = False):
         now = plan.end_s
         yield "step", plan
         window = stepper.window(plan, now, nxt)
-        if window is not None:
+        while window is not None:                   # (windows follow one another, as in the engine)
             now = window.end_s
             yield "window", window
+            while nxt < len(trace) and trace.arrival_s[nxt] <= now:
+                sched.add(nxt, now)
+                nxt += 1
+            window = stepper.window(window, now, nxt) if not watched else None
 
 
 def steps_of(trace, cfg, lazy: bool):

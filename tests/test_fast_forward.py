@@ -129,3 +129,21 @@ def test_a_window_follows_a_prompt_step_that_left_the_queue_blocked(watched):
     assert len(blocked) > 10
     assert any(kind == "window" for _, kind in blocked) != watched
     both(trace, cfg)
+
+
+def test_windows_run_through_last_tokens_and_follow_one_another():
+    """A window runs through the step at which requests emit their last token (they are retired at its
+    end, in batch order) and another may follow it at once; under a stop watch neither (its step counts
+    stay put). Either way every row equals single steps (`both`)."""
+    trace = load_trace(ROOT / "traces" / "sharegpt_2rps_10min.jsonl").head(400)
+    cfg = SimConfig(DEP, CacheConfig(kv_gib=12), SchedulerConfig())
+    seen = list(engine_steps(trace, build_run(trace, cfg)))
+    through = [p for kind, p in seen if kind == "window" and p.finished]
+    assert len(through) > 50
+    assert all(p.finished == [i for i in p.decodes if i in set(p.finished)] for p in through)
+    assert any(a[0] == b[0] == "window" for a, b in zip(seen, seen[1:]))
+    watched = list(engine_steps(trace, build_run(trace, cfg), watched=True))
+    assert not any(kind == "window" and p.finished for kind, p in watched)
+    assert not any(a[0] == b[0] == "window" for a, b in zip(watched, watched[1:]))
+    assert len(watched) > len(seen)
+    both(trace, cfg)

@@ -181,7 +181,20 @@ class LazyDecodes(LazyCappedReads):
         """Emit the members' tokens of the step that grew them; take out (`_leave`) and return those
         that emitted their last, in batch order."""
         self._ticked = False
-        self._gen_clock = clock = self._gen_clock + 1
+        self._gen_clock += 1
+        return self._ended()
+
+    def _window_ends_lazy(self, now: float) -> list[int]:
+        """`window_ends` with members: those whose last token came at the clock now, retired."""
+        ending = self._ended()
+        if ending:
+            self._retire_lazy(ending, now)
+        return ending
+
+    def _ended(self) -> list[int]:
+        """Take out (`_leave`) and return the members whose last token has come by `_gen_clock`, in
+        batch order."""
+        clock = self._gen_clock
         ends, keys, since, generated, kv_len, n = (self._ends, self._keys, self._since, self.generated, self.kv_len,
                                                    self.n)
         lag, ending, reads = self._kv_clock - clock, [], self._reads
@@ -253,14 +266,14 @@ class LazyDecodes(LazyCappedReads):
             budget -= chunk
 
     # -- many steps at once ----------------------------------------------------------------------
-    def _steady_lazy(self) -> tuple[list[int], int, int] | None:
+    def _steady_lazy(self, through_end: bool = False) -> tuple[list[int], int, int] | None:
         """`steady_decodes` with members (every running request is one)."""
         if len(self._since) != len(self.running):
             return None                              # a chunked prefill is under way
         ends, keys = self._ends, self._keys
         while keys.get(ends[0][2]) != ends[0][1]:   # drop stale entries (preempted members)
             heapq.heappop(ends)
-        steps = ends[0][0] - self._gen_clock - 1
+        steps = ends[0][0] - self._gen_clock - (0 if through_end else 1)
         ids = self.running[:] if self.stride == 1 else self._decoding_seq_ids(self.running)
         return ids, self.alloc.tick_window(steps), self._context
 

@@ -109,23 +109,25 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         plan.decode_context_tokens = context
         return preempted
 
-    def steady_decodes(self) -> tuple[list[int], int, int] | None:
+    def steady_decodes(self, through_end: bool = False) -> tuple[list[int], int, int] | None:
         """When every running request is decoding under continuous batching and nothing is swapped
         out: (decoding sequence ids in `_grow_running` order, steps that can run at once before a
         request's last token or the free memory runs out, context tokens held now); else None (also while
         a request waits and the allocator frees blocks as decoding goes on: sliding windows). The
-        stepper may then run up to that many steps at once (`advance`)."""
+        stepper may then run up to that many steps at once (`advance`). `through_end`: the steps may
+        include the one at which the first requests emit their last token (not a sample's: it frees
+        the sample mid-request); `window_ends` then retires them."""
         if self.swapped or not self.running or self.beams_running():
             return None
         if self.waiting and getattr(self.alloc, "frees_while_decoding", False):
             return None     # a window assumes a refused head stays refused: memory must not grow back
         if self._lazy:
-            return self._steady_lazy()
+            return self._steady_lazy(through_end)
         running, prefill_left, generated, output = self.running, self.prefill_left, self.generated, self.output
         if any(prefill_left[i] for i in running):
             return None
-        steps = min(output[i] - generated[i] for i in running) - 1
         ends = self.sample_ends
+        steps = min(output[i] - generated[i] for i in running) - (0 if through_end and not ends else 1)
         if ends:            # a sample's last token is a real step too (it frees the sample)
             steps = min([steps, *(ends[i][-1] - generated[i] - 1 for i in running if i in ends)])
         n, kv_len = self.n, self.kv_len
@@ -142,8 +144,9 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
         return [s for i in decoding for s in range(i * stride, i * stride + n[i])]
 
     def advance(self, seq_ids: list[int], steps: int) -> list[MemoryStats]:
-        """`steps` decode steps of every running request at once, none of them its last, within what
-        `steady_decodes` allowed (`seq_ids` as it returned them); the memory during each step."""
+        """`steps` decode steps of every running request at once, within what `steady_decodes` allowed
+        (`seq_ids` as it returned them); the memory during each step. Requests that emitted their last
+        token in the last step are still running: `window_ends` retires them."""
         if self._lazy:
             return self._advance_lazy(steps)
         mems = self.alloc.append_steps(seq_ids, steps, *self.head_of_queue())
@@ -152,6 +155,16 @@ class Scheduler(LazyDecodes, Preemption, SchedulerBase):
             kv_len[i] += steps
             generated[i] += steps
         return mems
+
+    def window_ends(self, now: float) -> list[int]:
+        """After `advance`: retire, at `now`, the requests that emitted their last token in its last
+        step (as `finish` would after that step alone); returns them in batch order."""
+        if self._lazy:
+            return self._window_ends_lazy(now)
+        retire = [i for i in self.running if self.generated[i] == self.output[i]]
+        if retire:
+            self._retire(retire, now, in_order=True)
+        return retire
 
     def _continue_prefills(self, plan: StepPlan, budget: int) -> tuple[int, bool]:
         """Next chunks of requests admitted earlier whose (chunked) prefill is unfinished; a chunk's

@@ -63,7 +63,7 @@ class StaticScheduler(Scheduler):
     def _end_samples(self, plan: StepPlan) -> None:
         """Never early: a sample that ended stays in the batch as padding, like a finished request."""
 
-    def steady_decodes(self) -> None:
+    def steady_decodes(self, through_end: bool = False) -> None:
         """Never: a static batch's windows are `batch_window`'s (its padding is not a decode)."""
         return None
 

@@ -10,9 +10,10 @@ harness into kernel inputs (`gpu_harness.layout`), like vLLM's scheduler output 
 
 `Stepper.window(last, now, next_arrival)` is the exact fast-forward: after a step that admitted,
 preempted, swapped and retired nothing, or after any step that left nothing queued or swapped out,
-the batch is in a steady decode phase and the next steps are predictable until a request reaches its
-last token, the free blocks run out, or (with an empty queue) a request arrives. It returns those steps as one plan (one entry per step in `starts`, `durations`,
-`waiting`, `memory`). Step boundaries within `TIE` of an arrival end the window, so the order of
+the batch is in a steady decode phase and the next steps are predictable through the step at which a
+request emits its last token (retired at the window's end; under a stop watch, up to the step before),
+until the free blocks run out, or (with an empty queue) a request arrives; another window may follow.
+It returns those steps as one plan (one entry per step in `starts`, `durations`, `waiting`, `memory`). Step boundaries within `TIE` of an arrival end the window, so the order of
 arrivals and steps is the same as stepping one at a time (tests compare the two).
 
 Timing lives in one place, `Stepper.step_seconds` / `Stepper.decode_seconds`: the cost model's kernel
@@ -209,7 +210,9 @@ class Stepper:
         if not last.waiting[-1] and (sched.waiting or (next_arrival < len(times)
                                                        and times[next_arrival] <= now + last.durations[-1])):
             return None      # something arrived (or arrives within a step) and would be admitted
-        steady = sched.steady_decodes()
+        # through the step at which requests emit their last token (retired at the window's end), but
+        # where a stop watch counts steps: there windows end before it, as they did (its counts stay put)
+        steady = sched.steady_decodes(through_end=not self.cut_at_request_ends)
         if steady is None:
             return None
         ids, steps, context = steady
@@ -228,16 +231,18 @@ class Stepper:
         k, ends, waiting = self.window_cut(durations, now, next_arrival, len(sched.waiting))
         if k < 2:
             return None
+        running = list(sched.running)
         memory = sched.advance(ids, k)
+        finished = sched.window_ends(ends[k])
         at_first, at_last = (self._compute_bound(last, num_seqs, context + j * num_seqs) for j in (1, k))
         if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
             bound = [at_first] * k
         else:
             bound = [self._compute_bound(last, num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
-        return StepPlan(decodes=list(sched.running), decode_seqs=num_seqs,
-                        decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
-                        limited_by=last.limited_by, starts=ends[:k], durations=durations[:k],
-                        waiting=waiting[:k], memory=memory, compute_bound=bound)
+        return StepPlan(decodes=running, decode_seqs=num_seqs, decode_context_tokens=context + num_seqs,
+                        batch_requests=len(running), limited_by=last.limited_by, starts=ends[:k],
+                        durations=durations[:k], waiting=waiting[:k], memory=memory, compute_bound=bound,
+                        finished=finished)
 
     def _after_blocked_prefill(self, last: StepPlan) -> bool:
         """Whether `last` was a prompt-only step (vLLM v0's separate prefill) whose admission stopped at
