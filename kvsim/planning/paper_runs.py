@@ -30,7 +30,7 @@ from kvsim.planning import run_cache, sweep
 from kvsim.planning.latency_ceiling import ABOVE
 from kvsim.planning.pool import run_fed
 from kvsim.planning.sweep_grid import check_workload, grid_points, run_id
-from kvsim.planning.sweep_point import point_row
+from kvsim.planning.sweep_point import point_row, shared_row
 
 #: A curve point's key for where its run may stop (s/token; `kvsim.planning.sweep_grid`'s grid key).
 STOP = "stop_above_s_per_token"
@@ -53,7 +53,7 @@ class KneeRule:
             raise ValueError(f"knee factor and ceiling must be > 0, got {self.factor} and {self.ceiling_s_per_token}")
 
 
-def cost(point: dict) -> float:
+def _cost(point: dict) -> float:
     """A point's relative run time, to start the longest first: tokens per second of its workload,
     static batching first (one decode step per token of its longest request)."""
     work = float(point.get("rate", 1.0)) * _TOKENS.get(point.get("preset"), 100.0)
@@ -180,7 +180,7 @@ class _Feed:
                     self._push(i, j, p)           # (the others wait for the points below them)
 
     def _push(self, i: int, j: int, point: dict) -> None:
-        heapq.heappush(self.ready, ((0 if i in self.chains else 1, -cost(point)), i, j, point))
+        heapq.heappush(self.ready, ((0 if i in self.chains else 1, -_cost(point)), i, j, point))
 
     def take(self) -> dict | None:
         """The next point to run (None: none is ready); runs already made or under way are filed or joined."""
@@ -209,8 +209,7 @@ class _Feed:
         for i, j, _ in self.running.pop(row["run_id"]):
             self._file(i, j, row)
         for i, j, point in self.sharing.pop(key, []) if key is not None else ():
-            self._file(i, j, point_row(point, parts) if parts is not None else {
-                "run_id": run_id(point), **point, "status": "error", "error": row["error"], "wall_s": row["wall_s"]})
+            self._file(i, j, shared_row(point, made))
 
     def _file(self, i: int, j: int, row: dict) -> None:
         self.rows[i][j] = row

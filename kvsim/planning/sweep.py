@@ -26,7 +26,7 @@ from kvsim.planning import run_cache, sweep_store as store
 from kvsim.planning.pool import run_pool
 from kvsim.planning.runs import config_row, make_config
 from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS, check_workload, grid_points, run_id
-from kvsim.planning.sweep_point import (_file_trace, _preset_trace, point_row, run_point,  # noqa: F401
+from kvsim.planning.sweep_point import (_file_trace, _preset_trace, point_row, run_point, shared_row,  # noqa: F401
                                         run_point_parts, workload)
 from kvsim.planning.sweep_store import CSV_FILE, PARQUET_FILE, ROWS_FILE
 from kvsim.trace.table import Trace
@@ -194,8 +194,7 @@ def _rows(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trac
             run_cache.store(key, parts)
             emit(row)
             for p in sharing.get(key, ()) if key is not None else ():
-                emit(point_row(p, parts) if parts is not None else {"run_id": run_id(p), **p, "status": "error",
-                                                                    "error": row["error"], "wall_s": row["wall_s"]})
+                emit(shared_row(p, made))
 
         for row in hits:
             emit(row)

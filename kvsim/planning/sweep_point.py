@@ -110,3 +110,12 @@ def point_row(point: Mapping[str, Any], parts: tuple[dict, dict]) -> dict[str, A
     if "wall_s" in result:
         row["wall_s"] = result["wall_s"]
     return row
+
+
+def shared_row(point: Mapping[str, Any], made: tuple[dict[str, Any], tuple[dict, dict] | None]) -> dict[str, Any]:
+    """The row of `point` whose run is another point's (`made`: that run's row and column sets): its
+    own row from the column sets, or, when the run failed, that failure under its own id."""
+    row, parts = made
+    if parts is not None:
+        return point_row(point, parts)
+    return {"run_id": run_id(point), **point, "status": "error", "error": row["error"], "wall_s": row["wall_s"]}
