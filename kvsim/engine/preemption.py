@@ -29,25 +29,17 @@ class Preemption:
             running.pop()        # (the usual victim, the last: no search from the front)
         else:
             running.remove(i)
-        n, cfg, free = self.n[i], self.cfg, self.alloc.free
-        self.running_seqs -= n
-        if n == 1 and self.stride == 1:
-            free(i)
-            plan.freed.append(i)
-        else:
-            seqs = self.seq_ids(i)
-            for s in seqs:
-                free(s)
-            plan.freed.extend(seqs)
+        self.running_seqs -= self.n[i]
+        for s in self.seq_ids(i):
+            self.alloc.free(s)
         self.preemptions[i] += 1
         self.num_preemptions += 1
         plan.preempted.append(i)
-        if cfg.preemption != "swap" and not (cfg.swap_multi_seq and n > 1):
-            self._to_recompute(i, plan)
-            return
-        tokens = self.kv_len[i] * n
+        plan.freed.extend(self.seq_ids(i))
+        tokens = self.kv_len[i] * self.n[i]
         final = self.prompt[i] + self.output[i] - 1
-        swap = n * self.alloc.peak_slots(final, final) <= self.alloc.capacity_tokens
+        swap = ((self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1))
+                and self.n[i] * self.alloc.peak_slots(final, final) <= self.alloc.capacity_tokens)
         if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
             self.swap_used += tokens
             plan.swap_tokens += tokens
