@@ -235,14 +235,16 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         blocks = list(range(top, top + fresh))
         rest = num - fresh
         free, ref = self._free, self._ref
-        if rest <= len(free):              # released plain free blocks, from the left
-            popleft = free.popleft
-            for _ in range(rest):
-                block = popleft()
+        popleft = free.popleft
+        for _ in range(rest if rest <= len(free) else len(free)):   # released plain free blocks, from the left
+            block = popleft()
+            ref[block] = 1
+            blocks.append(block)
+        if len(blocks) < num:              # then the least recently freed cached blocks
+            evicted = self._cache.evict_many(num - len(blocks))
+            for block in evicted:
                 ref[block] = 1
-                blocks.append(block)
-        else:
-            blocks += [self._take() for _ in range(rest)]
+            blocks += evicted
         return blocks
 
     def _take(self) -> int:

@@ -60,7 +60,6 @@ class PrefixCache:
         self._blocks_of: dict[int, dict[int, None]] = {}   # chained hash -> its blocks, first cached first
         self._hash_of: dict[int, int] = {}                  # cached block id -> chained hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
-        self.version = 0          # counts the changes (a lookup's answer is the same while it stays)
 
     @property
     def num_evictable(self) -> int:
@@ -86,7 +85,6 @@ class PrefixCache:
     def reuse(self, block: int) -> None:
         """Take an evictable `block` back into use (its reference count goes 0 -> 1 by the caller)."""
         del self._evictable[block]
-        self.version += 1
 
     def register(self, h: int, block: int) -> None:
         """Record that full `block` holds the prefix with chained hash `h` (a block already cached
@@ -94,7 +92,19 @@ class PrefixCache:
         if block not in self._hash_of:
             self._hash_of[block] = h
             self._blocks_of.setdefault(h, {})[block] = None
-            self.version += 1
+
+    def register_many(self, hashes: Iterable[int], blocks: Iterable[int]) -> None:
+        """`register(h, block)` for each pair of `hashes` and `blocks`, in order (one call for a
+        sequence's newly filled blocks: prefix caching registers every full block of every sequence)."""
+        hash_of, blocks_of = self._hash_of, self._blocks_of
+        for h, block in zip(hashes, blocks):
+            if block not in hash_of:
+                hash_of[block] = h
+                holders = blocks_of.get(h)
+                if holders is None:
+                    blocks_of[h] = {block: None}
+                else:
+                    holders[block] = None
 
     def park(self, block: int) -> bool:
         """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
@@ -102,13 +112,11 @@ class PrefixCache:
         if block not in self._hash_of:
             return False
         self._evictable[block] = None
-        self.version += 1
         return True
 
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
-        self.version += 1
         h = self._hash_of.pop(block)
         blocks = self._blocks_of[h]
         del blocks[block]
@@ -117,6 +125,22 @@ class PrefixCache:
         if self.tier is not None:
             self.tier.put(h)
         return block
+
+    def evict_many(self, num: int) -> list[int]:
+        """`num` calls of `evict_lru`, in one (`num` <= `num_evictable`)."""
+        popitem, hash_of, blocks_of, tier = self._evictable.popitem, self._hash_of, self._blocks_of, self.tier
+        blocks = []
+        for _ in range(num):
+            block, _ = popitem(last=False)
+            h = hash_of.pop(block)
+            holders = blocks_of[h]
+            del holders[block]
+            if not holders:
+                del blocks_of[h]
+            if tier is not None:
+                tier.put(h)
+            blocks.append(block)
+        return blocks
 
     def evictable_blocks(self) -> list[int]:
         """Evictable blocks, next to be evicted first."""
