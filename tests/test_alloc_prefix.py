@@ -92,6 +92,20 @@ def test_plain_free_blocks_are_used_before_evicting():
     a.check_invariants()
 
 
+def test_one_allocation_takes_never_used_then_plain_free_then_evicted_blocks():
+    a = PagedAllocator(num_blocks=5, block_size=4, prefix_caching=True)
+    a.allocate(1, 8, 8, block_hashes=[1, 2])     # blocks 0, 1, both full: cached
+    a.allocate(2, 3, 3)                           # block 2, partly filled: never cached
+    a.free(1)                                     # evictable order: 1, 0 (tail first)
+    a.free(2)                                     # block 2: plain free
+    a.allocate(3, 20, 20)                         # 5 blocks: never used 3, 4; plain free 2; evicted 1, 0
+    assert a.block_table(3) == [3, 4, 2, 1, 0]
+    assert a.stats().cached_blocks == 0 and a.num_free_blocks == 0
+    a.free(3)
+    assert a.cached_tokens(9, block_hashes=[1, 2]) == 0       # prefix [1, 2] went with blocks 0, 1
+    a.check_invariants()
+
+
 def test_duplicate_content_is_cached_beside_the_first_block():
     """As vLLM's block pool: a block recomputed next to a cached one with the same hash (hits stop one
     block short of the end) is cached too, and serves hits after the first is evicted."""

@@ -235,6 +235,37 @@ def test_ticks_with_a_prefix_cache_evict_the_lru_block_and_register_what_they_fi
     assert a.block_table(3) == [0] and a._cache.evictable_blocks() == [1]
 
 
+@pytest.mark.parametrize("at_once", [False, True])
+def test_sequences_crossing_at_one_tick_take_a_fresh_then_a_plain_free_then_an_evicted_block(at_once):
+    # 6 blocks of 4 slots. Seq 1 (4 tokens, content id 7) fills block 0, cached; seq 9 (3 tokens)
+    # block 1, never full so never cached. Freed: block 0 evictable, block 1 plain free. Seqs 2, 3, 4
+    # (3 tokens, final 10) take the never used blocks 2, 3, 4 and tick, all due at tick 1, where they
+    # take, in the order they joined, the last never used block 5, the plain free block 1, and block 0
+    # evicted (as `_take` one at a time).
+    a = PagedAllocator(num_blocks=6, block_size=4, prefix_caching=True)
+    a.allocate(1, 4, 4, block_hashes=[7])
+    a.allocate(9, 3, 3)
+    a.free(1)
+    a.free(9)
+    for seq in (2, 3, 4):
+        a.allocate(seq, 3, 10)
+        a.tick_join(seq)
+    if at_once:
+        assert a.tick_window(5) == 5                 # tick 1 takes 3 of 3 free blocks; the next is tick 5
+        mems = a.tick_steps(2)
+    else:
+        mems = []
+        for _ in range(2):
+            assert a.tick()
+            mems.append(a.stats())
+    # tick 0: 3 x 4 tokens in 3 blocks, free: block 5, block 1, block 0 (cached); tick 1: 15 tokens, 6 used
+    assert [(m.token_states, m.used_blocks, m.free_blocks, m.cached_blocks) for m in mems] == \
+        [(12, 3, 3, 1), (15, 6, 0, 0)]
+    assert [a.block_table(s) for s in (2, 3, 4)] == [[2, 5], [3, 1], [4, 0]]
+    assert a.cached_tokens(5, block_hashes=[7]) == 0       # content 7 was evicted with block 0
+    a.check_invariants()
+
+
 def test_check_invariants_ignores_a_stale_entry_filed_before_a_later_join():
     # 4-slot blocks: seq 1 (3 tokens, key 0) and seq 2 (3 tokens, key 1) are both filed at tick 1;
     # seq 1 grows by `append` to 4 and joins again (key 2, filed at tick 0). Tick 1's list still
