@@ -1,6 +1,7 @@
 """`kvsim --help` stays light: no numpy, pandas, rich, SimPy or torch until a command needs them;
 the help texts' spelled-out names match the modules they stand for."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,25 @@ def test_help_loads_no_heavy_module():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
                          stdout=subprocess.PIPE, env={"PYTHONPATH": str(ROOT), "PATH": ""}).stdout
     assert out.strip() == "[]"
+
+
+def test_a_quiet_run_loads_neither_rich_nor_pandas(tmp_path):
+    """`kvsim run --quiet` prints nothing, so rich (about 40 ms of a process's start) stays unloaded, as
+    does pandas; the summary is still written whole, and an error still prints through rich."""
+    code = ("import sys\nfrom kvsim.cli.entry import main\nsys.argv = sys.argv[:1] + sys.argv[2:]\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    print(exc.code, file=sys.stderr)\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    out = tmp_path / "s.json"
+    trace = ROOT / "traces" / "sharegpt_2rps_10min.jsonl"
+    run = subprocess.run([sys.executable, "-c", code, "kvsim", "run", str(trace),
+                          "--max-requests", "20", "--quiet", "--json", str(out)], cwd=ROOT, text=True,
+                         capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert run.stdout.strip() == "['numpy', 'simpy']", run.stderr
+    assert json.loads(out.read_text())["requests_total"] == 20
+    bad = subprocess.run([sys.executable, "-c", code, "kvsim", "run", str(tmp_path / "missing.jsonl"), "--quiet"],
+                         cwd=ROOT, text=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert "error:" in bad.stderr and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+    assert "rich" in bad.stdout
 
 
 def test_help_names_match_the_modules():

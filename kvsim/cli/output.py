@@ -6,17 +6,29 @@ import sys
 import time
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as RichProgress
-from rich.table import Table
 
 from kvsim.cli.run_files import StepsCsv, write_outputs  # noqa: F401 (re-exported for kvsim run)
 
-#: Wide enough for `kvsim compare`'s five columns even when output is not a terminal.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True)
+_CONSOLES: dict[str, object] = {}
+
+
+def _console(name: str = "console"):
+    """The shared rich `Console` on stdout (`console`, wide enough for `kvsim compare`'s five columns
+    even when output is not a terminal) or stderr (`err_console`), made on first use: rich is loaded
+    only when something is printed (a `--quiet` run prints nothing and saves its import time)."""
+    if name not in _CONSOLES:
+        from rich.console import Console
+        _CONSOLES[name] = (Console(width=None if sys.stdout.isatty() else 120) if name == "console"
+                           else Console(stderr=True))
+    return _CONSOLES[name]
+
+
+def __getattr__(name: str):
+    """`from kvsim.cli.output import console` (or `err_console`): the console, made on first use."""
+    if name in ("console", "err_console"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Wall-clock seconds a run must last before a progress bar appears.
 PROGRESS_AFTER_S = 2.0
@@ -24,7 +36,8 @@ PROGRESS_AFTER_S = 2.0
 
 def error(message: str, code: int = 2) -> None:
     """Print `message` on stderr and exit with `code` (non-zero)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+    _console("err_console").print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -35,7 +48,7 @@ class Progress:
     def __init__(self, total_s: float, enabled: bool = True, label: str = "simulating"):
         self.total_s, self.label = max(total_s, 1e-9), label
         self.enabled = enabled and sys.stdout.isatty()
-        self.bar: RichProgress | None = None
+        self.bar = None                        # a rich progress bar, once shown
         self.start = time.perf_counter()
 
     def __enter__(self) -> "Progress | None":
@@ -45,8 +58,10 @@ class Progress:
         if self.bar is None:
             if time.perf_counter() - self.start < PROGRESS_AFTER_S:
                 return
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
             self.bar = RichProgress(TextColumn(self.label), BarColumn(), TextColumn("{task.description}"),
-                                    TimeElapsedColumn(), console=console, transient=True)
+                                    TimeElapsedColumn(), console=_console(), transient=True)
             self.bar.start()
             self.task = self.bar.add_task("", total=self.total_s)
         self.bar.update(self.task, completed=min(now_s, self.total_s),
@@ -140,6 +155,8 @@ def _rows(s: dict) -> list[tuple[str, str]]:
 def print_summary(summary: dict, title: str, requests=None) -> None:
     """The summary of one run as a two-column table; given the per-request table, a note on why
     requests were rejected (when any were)."""
+    from rich.table import Table
+    console = _console()
     table = Table(title=title, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
@@ -156,6 +173,8 @@ def print_summary(summary: dict, title: str, requests=None) -> None:
 
 def print_comparison(summaries: dict[str, dict], title: str) -> None:
     """Several runs' summaries side by side, one column each."""
+    from rich.table import Table
+    console = _console()
     table = Table(title=title)
     table.add_column("metric", style="bold", no_wrap=True)
     rows = {name: _rows(s) for name, s in summaries.items()}
@@ -177,6 +196,7 @@ def print_startup(cfg) -> None:
     """The start-up lines a vLLM user knows: the engine, the KV cache size in tokens and the maximum
     concurrency at the maximum model length (vLLM: blocks / ceil(max_model_len / block_size))."""
     from kvsim.engine.config import kv_capacity
+    console = _console()
     resolved = cfg.resolved()
     profile, sched = resolved.engine_profile, resolved.scheduler
     capacity, max_len = kv_capacity(cfg), cfg.deployment.model.max_seq_len
@@ -210,6 +230,7 @@ def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
     plan = kv_cache_plan(cfg)
     if plan is None:
         return False
+    console = _console()
     kinds = ", ".join(f"{g.kind}" + (f" W{g.window}" if g.window else f" C{g.chunk}" if g.chunk else "")
                       + f" x{g.num_layers}" for g in plan.groups)
     console.print(f"INFO {cfg.deployment.model.name}: {describe(cfg.deployment.model.groups)}; "
@@ -232,6 +253,6 @@ def warn_swap_fallbacks(summary: dict, swap_gib: float) -> None:
     """One warning on stderr when swaps fell back to recompute for want of CPU swap space."""
     fallbacks = summary.get("swap", {}).get("fallbacks_to_recompute", 0)
     if fallbacks:
-        err_console.print(f"[bold yellow]warning:[/] {fallbacks:,} preemption(s) meant to swap recomputed "
-                          f"instead: the CPU swap space (--swap-space {swap_gib:g} GiB per GPU) was full",
-                          highlight=False, soft_wrap=True)
+        _console("err_console").print(
+            f"[bold yellow]warning:[/] {fallbacks:,} preemption(s) meant to swap recomputed instead: the CPU "
+            f"swap space (--swap-space {swap_gib:g} GiB per GPU) was full", highlight=False, soft_wrap=True)
