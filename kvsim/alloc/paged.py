@@ -197,10 +197,11 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
             seq.at = seq.due = -1
             self._ticking -= 1
         table, ref = seq.table, self._ref
-        if self._cache is None and not self._excess and not self._shared_partial:   # nothing is shared
+        if not self._excess and not self._shared_partial:   # nothing is shared: every count drops to 0
             for block in table:
                 ref[block] = 0
-            self._free.extend(reversed(table))
+            cache = self._cache
+            self._free.extend(reversed(table) if cache is None else cache.park_many(reversed(table)))
         else:
             self._release(table, seq.tokens % self.block_size != 0)
         held = len(table) * self.block_size

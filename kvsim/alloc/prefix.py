@@ -114,6 +114,18 @@ class PrefixCache:
         self._evictable[block] = None
         return True
 
+    def park_many(self, blocks: Iterable[int]) -> list[int]:
+        """`park` each of `blocks` in order (their reference counts all dropped to 0); returns those that
+        are not cached, in order, for the caller's plain free list."""
+        hash_of, evictable = self._hash_of, self._evictable
+        plain = []
+        for block in blocks:
+            if block in hash_of:
+                evictable[block] = None
+            else:
+                plain.append(block)
+        return plain
+
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
