@@ -197,11 +197,10 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
             seq.at = seq.due = -1
             self._ticking -= 1
         table, ref = seq.table, self._ref
-        if not self._excess and not self._shared_partial:   # nothing is shared: every count drops to 0
+        if self._cache is None and not self._excess and not self._shared_partial:   # nothing is shared
             for block in table:
                 ref[block] = 0
-            cache = self._cache
-            self._free.extend(reversed(table) if cache is None else cache.park_many(reversed(table)))
+            self._free.extend(reversed(table))
         else:
             self._release(table, seq.tokens % self.block_size != 0)
         held = len(table) * self.block_size
@@ -236,16 +235,14 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         blocks = list(range(top, top + fresh))
         rest = num - fresh
         free, ref = self._free, self._ref
-        popleft = free.popleft
-        for _ in range(rest if rest <= len(free) else len(free)):   # released plain free blocks, from the left
-            block = popleft()
-            ref[block] = 1
-            blocks.append(block)
-        if len(blocks) < num:              # then the least recently freed cached blocks
-            evicted = self._cache.evict_many(num - len(blocks))
-            for block in evicted:
+        if rest <= len(free):              # released plain free blocks, from the left
+            popleft = free.popleft
+            for _ in range(rest):
+                block = popleft()
                 ref[block] = 1
-            blocks += evicted
+                blocks.append(block)
+        else:
+            blocks += [self._take() for _ in range(rest)]
         return blocks
 
     def _take(self) -> int:

@@ -91,13 +91,13 @@ class PagedStats:
 
     def _register(self, seq, start: int, stop: int) -> None:
         """Cache `seq`'s full blocks `start..stop-1` under their hashes (shareable, then its own)."""
-        hashes, table, register_many = seq.hashes, seq.table, self._cache.register_many
-        shared = len(hashes)
-        if start < shared:
-            register_many(hashes[start:stop], table[start:min(stop, shared)])
-        if stop > shared:
-            first = max(start, shared)
-            register_many(unique_hashes(seq.salt, first, stop), table[first:stop])
+        hashes, table, register = seq.hashes, seq.table, self._cache.register
+        for k in range(start, min(stop, len(hashes))):
+            register(hashes[k], table[k])
+        if stop > len(hashes):
+            first = max(start, len(hashes))
+            for k, h in enumerate(unique_hashes(seq.salt, first, stop), start=first):
+                register(h, table[k])
 
     # ---- accounting ----------------------------------------------------------------------------
 

@@ -47,37 +47,34 @@ class PagedTickSteps:
             if clock + bs not in due and clock + bs < end:
                 heappush(clocks, clock + bs)
             nxt = due.setdefault(clock + bs, [])
-            live = [seq for seq in crossing if seq.due == clock]    # (the others are stale)
-            taken, reach, evicted = len(live), 0, 0
-            blocks = []                             # `taken` blocks, as `_take` gives them
-            if top < nb:
-                fresh = min(taken, nb - top)
-                blocks = list(range(top, top + fresh))
-                top += fresh
-                ref += [1] * fresh
-            if len(blocks) < taken and free_list:
-                popleft = free_list.popleft
-                for _ in range(min(taken - len(blocks), len(free_list))):
-                    block = popleft()
-                    ref[block] = 1
-                    blocks.append(block)
-            if len(blocks) < taken:                 # the least recently freed cached blocks
-                evicted = taken - len(blocks)
-                if evicted > evictable:
-                    raise AllocationError("tick_steps ran out of free blocks")
-                evictable -= evicted
-                for block in cache.evict_many(evicted):
-                    ref[block] = 1
-                    blocks.append(block)
-            for seq, block in zip(live, blocks):
+            taken = reach = evicted = 0
+            for seq in crossing:
+                if seq.due != clock:
+                    continue                        # stale
                 table = seq.table
                 held = len(table) * bs
                 seq.due = clock + bs
-                table.append(block)
+                if top < nb:                        # `_take`
+                    table.append(top)
+                    top += 1
+                    ref.append(1)
+                elif free_list:
+                    block = free_list.popleft()
+                    ref[block] = 1
+                    table.append(block)
+                elif evictable:                     # the least recently freed cached block
+                    block = cache.evict_lru()
+                    evictable -= 1
+                    evicted += 1
+                    ref[block] = 1
+                    table.append(block)
+                else:
+                    raise AllocationError("tick_steps ran out of free blocks")
                 final = seq.final
                 if final > held:
                     reach += (final if final < held + bs else held + bs) - held
-            nxt += live
+                taken += 1
+                nxt.append(seq)
             if taken:
                 crossings.append((clock - start, taken, reach, evicted))
                 sum_reach += reach

@@ -93,19 +93,6 @@ class PrefixCache:
             self._hash_of[block] = h
             self._blocks_of.setdefault(h, {})[block] = None
 
-    def register_many(self, hashes: Iterable[int], blocks: Iterable[int]) -> None:
-        """`register(h, block)` for each pair of `hashes` and `blocks`, in order (one call for a
-        sequence's newly filled blocks: prefix caching registers every full block of every sequence)."""
-        hash_of, blocks_of = self._hash_of, self._blocks_of
-        for h, block in zip(hashes, blocks):
-            if block not in hash_of:
-                hash_of[block] = h
-                holders = blocks_of.get(h)
-                if holders is None:
-                    blocks_of[h] = {block: None}
-                else:
-                    holders[block] = None
-
     def park(self, block: int) -> bool:
         """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
         (returns True), else the caller returns it to the plain free list (returns False)."""
@@ -113,18 +100,6 @@ class PrefixCache:
             return False
         self._evictable[block] = None
         return True
-
-    def park_many(self, blocks: Iterable[int]) -> list[int]:
-        """`park` each of `blocks` in order (their reference counts all dropped to 0); returns those that
-        are not cached, in order, for the caller's plain free list."""
-        hash_of, evictable = self._hash_of, self._evictable
-        plain = []
-        for block in blocks:
-            if block in hash_of:
-                evictable[block] = None
-            else:
-                plain.append(block)
-        return plain
 
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
@@ -137,22 +112,6 @@ class PrefixCache:
         if self.tier is not None:
             self.tier.put(h)
         return block
-
-    def evict_many(self, num: int) -> list[int]:
-        """`num` calls of `evict_lru`, in one (`num` <= `num_evictable`)."""
-        popitem, hash_of, blocks_of, tier = self._evictable.popitem, self._hash_of, self._blocks_of, self.tier
-        blocks = []
-        for _ in range(num):
-            block, _ = popitem(last=False)
-            h = hash_of.pop(block)
-            holders = blocks_of[h]
-            del holders[block]
-            if not holders:
-                del blocks_of[h]
-            if tier is not None:
-                tier.put(h)
-            blocks.append(block)
-        return blocks
 
     def evictable_blocks(self) -> list[int]:
         """Evictable blocks, next to be evicted first."""
