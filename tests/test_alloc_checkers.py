@@ -296,9 +296,11 @@ def test_prefix_cache_check_names_each_corruption():
     cache._blocks_of[999] = {}
     _raises(a.check_invariants, "hash 0x3e7 maps to no block")
     del cache._blocks_of[999]
-    cache._blocks_of[h0][1] = None
+    cache._blocks_of[h0] = {0: None, 1: None}     # (one block holds h0: an int, a dict for two or more)
     _raises(a.check_invariants, f"hash map points {h0:#x} at block 1, which holds another")
-    del cache._blocks_of[h0][1]
+    cache._blocks_of[h0] = {0: None}
+    _raises(a.check_invariants, f"hash {h0:#x} maps to one block in a dict")
+    cache._blocks_of[h0] = 0
     cache._hash_of[2] = h0
     _raises(a.check_invariants, "block -> hash and hash -> block maps disagree")
     del cache._hash_of[2]

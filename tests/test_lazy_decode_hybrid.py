@@ -55,7 +55,8 @@ def _state(sched, alloc):
     return ([sched.computed_tokens(i) for i in range(len(sched.prompt))], list(sched.generated),
             list(sched.running), [(s, alloc.num_tokens(s), tables(s)) for s in live], alloc.stats(),
             None if cache is None else
-            (cache.evictable_blocks(), {h: list(blocks) for h, blocks in cache._blocks_of.items()}))
+            (cache.evictable_blocks(),
+             {h: [b] if isinstance(b, int) else list(b) for h, b in cache._blocks_of.items()}))
 
 
 def _side_by_side(trace, cfg, hybrid: bool) -> int:

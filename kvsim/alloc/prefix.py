@@ -6,7 +6,8 @@ full blocks are ever cached. A cached block whose reference count drops to 0 bec
 counts as free but keeps its contents until a fresh block is needed, least recently freed first.
 
 Invariants (checked by `check`):
-- `b in _blocks_of[h]` if and only if `_hash_of[b] == h` (each cached block holds one hash);
+- `b` is `_blocks_of[h]`, or in it when several blocks hold `h`, if and only if `_hash_of[b] == h`
+  (each cached block holds one hash; `_blocks_of[h]` is a dict only for two blocks or more);
 - every evictable block is cached and has reference count 0;
 - a cached block with reference count 0 is evictable (nothing cached is lost from both sets).
 """
@@ -57,7 +58,9 @@ class PrefixCache:
     def __init__(self, tier=None) -> None:
         """`tier`: a `kvsim.alloc.cpu_tier.CpuTier` that keeps the hashes this cache evicts (None: none)."""
         self.tier = tier
-        self._blocks_of: dict[int, dict[int, None]] = {}   # chained hash -> its blocks, first cached first
+        # chained hash -> the block holding it, or its blocks (first cached first) when several do: one
+        # block is the usual case, and prefix caching registers every full block of every sequence
+        self._blocks_of: dict[int, int | dict[int, None]] = {}
         self._hash_of: dict[int, int] = {}                  # cached block id -> chained hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
 
@@ -75,7 +78,7 @@ class PrefixCache:
             blocks = blocks_of.get(h)
             if blocks is None:
                 break
-            hits.append(next(iter(blocks)))
+            hits.append(blocks if blocks.__class__ is int else next(iter(blocks)))
         return hits
 
     def is_evictable(self, block: int) -> bool:
@@ -91,7 +94,12 @@ class PrefixCache:
         keeps its hash; another block with the same hash is cached beside it)."""
         if block not in self._hash_of:
             self._hash_of[block] = h
-            self._blocks_of.setdefault(h, {})[block] = None
+            held = self._blocks_of.setdefault(h, block)
+            if held != block:                   # another block holds `h` (or several do)
+                if held.__class__ is int:
+                    self._blocks_of[h] = {held: None, block: None}
+                else:
+                    held[block] = None
 
     def park(self, block: int) -> bool:
         """Called when `block`'s reference count drops to 0: keep it evictable if it is cached
@@ -105,10 +113,13 @@ class PrefixCache:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
         h = self._hash_of.pop(block)
-        blocks = self._blocks_of[h]
-        del blocks[block]
-        if not blocks:
+        held = self._blocks_of[h]
+        if held.__class__ is int:
             del self._blocks_of[h]
+        else:
+            del held[block]
+            if len(held) == 1:
+                self._blocks_of[h] = next(iter(held))
         if self.tier is not None:
             self.tier.put(h)
         return block
@@ -123,12 +134,15 @@ class PrefixCache:
 
     def check(self, ref_counts: Sequence[int]) -> None:
         """Assert the invariants in the module docstring."""
+        holders = 0
         for h, blocks in self._blocks_of.items():
-            assert blocks, f"hash {h:#x} maps to no block"
-            for block in blocks:
+            members = (blocks,) if blocks.__class__ is int else blocks
+            assert members, f"hash {h:#x} maps to no block"
+            assert len(members) > 1 or members is not blocks, f"hash {h:#x} maps to one block in a dict"
+            for block in members:
                 assert self._hash_of.get(block) == h, f"hash map points {h:#x} at block {block}, which holds another"
-        assert len(self._hash_of) == sum(map(len, self._blocks_of.values())), \
-            "block -> hash and hash -> block maps disagree"
+            holders += len(members)
+        assert len(self._hash_of) == holders, "block -> hash and hash -> block maps disagree"
         for block in self._evictable:
             assert block in self._hash_of, f"evictable block {block} is not cached"
             assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
