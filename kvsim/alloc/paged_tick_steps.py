@@ -44,16 +44,19 @@ class PagedTickSteps:
             crossing = due.pop(clock, None)
             if not crossing:
                 continue
-            if clock + bs not in due and clock + bs < end:
-                heappush(clocks, clock + bs)
-            nxt = due.setdefault(clock + bs, [])
+            then = clock + bs                       # (one int for every sequence's next due tick)
+            nxt = due.get(then)
+            if nxt is None:
+                if then < end:
+                    heappush(clocks, then)
+                nxt = due[then] = []
             taken = reach = evicted = 0
             for seq in crossing:
                 if seq.due != clock:
                     continue                        # stale
                 table = seq.table
                 held = len(table) * bs
-                seq.due = clock + bs
+                seq.due = then
                 if top < nb:                        # `_take`
                     table.append(top)
                     top += 1
