@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kvsim.cli import trace as cli_trace
 from kvsim.trace.formats import FORMATS
 from kvsim.trace.synthetic import PRESETS
@@ -41,6 +43,22 @@ def test_a_quiet_run_loads_neither_rich_nor_pandas(tmp_path):
                          cwd=ROOT, text=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert "error:" in bad.stderr and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr
     assert "rich" in bad.stdout
+
+
+def test_the_command_line_starts_numpy_with_one_openblas_thread_unless_told_otherwise():
+    """`kvsim.cli` asks OpenBLAS for one thread before numpy loads (the process then has one thread,
+    where numpy alone starts one per core); a user's own OPENBLAS_NUM_THREADS wins."""
+    code = ("import re\nimport kvsim.cli\nimport numpy\nimport os\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], "
+            "re.search(r'Threads:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
+    env = {"PYTHONPATH": str(ROOT), "PATH": ""}
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc/self/status to count the process's threads")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True, capture_output=True, env=env)
+    assert out.stdout.split() == ["1", "1"]
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True, capture_output=True,
+                         env={**env, "OPENBLAS_NUM_THREADS": "2"})
+    assert out.stdout.split()[0] == "2"
 
 
 def test_help_names_match_the_modules():
