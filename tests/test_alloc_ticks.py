@@ -202,6 +202,18 @@ def test_ticking_refusals_and_the_missing_tick_check():
         b.tick_join(1)
 
 
+def _two_ticks(a: PagedAllocator, at_once: bool) -> list:
+    """`stats()` after each of two ticks: one `tick_steps(2)` (within a 5-tick window) or two `tick`s."""
+    if at_once:
+        assert a.tick_window(5) == 5
+        return list(a.tick_steps(2))
+    mems = []
+    for _ in range(2):
+        assert a.tick()
+        mems.append(a.stats())
+    return mems
+
+
 @pytest.mark.parametrize("at_once", [False, True])
 def test_ticks_with_a_prefix_cache_evict_the_lru_block_and_register_what_they_fill(at_once):
     # 2 blocks of 4 slots. Seq 1 (4 tokens, one shareable block, content id 7) fills block 0, which
@@ -216,14 +228,7 @@ def test_ticks_with_a_prefix_cache_evict_the_lru_block_and_register_what_they_fi
     assert a._cache.evictable_blocks() == [0] and a.num_free_blocks == 2    # block 1 never used
     a.allocate(2, 3, 10)
     a.tick_join(2)
-    if at_once:
-        assert a.tick_window(5) == 5
-        mems = a.tick_steps(2)
-    else:
-        mems = []
-        for _ in range(2):
-            assert a.tick()
-            mems.append(a.stats())
+    mems = _two_ticks(a, at_once)
     # tick 0: 4 tokens in block 1, block 0 cached-free; tick 1: 5 tokens, blocks [1, 0], none free
     assert [(m.token_states, m.used_blocks, m.free_blocks, m.cached_blocks) for m in mems] == \
         [(4, 1, 1, 1), (5, 2, 0, 0)]
@@ -250,14 +255,7 @@ def test_sequences_crossing_at_one_tick_take_a_fresh_then_a_plain_free_then_an_e
     for seq in (2, 3, 4):
         a.allocate(seq, 3, 10)
         a.tick_join(seq)
-    if at_once:
-        assert a.tick_window(5) == 5                 # tick 1 takes 3 of 3 free blocks; the next is tick 5
-        mems = a.tick_steps(2)
-    else:
-        mems = []
-        for _ in range(2):
-            assert a.tick()
-            mems.append(a.stats())
+    mems = _two_ticks(a, at_once)                # (tick 1 takes 3 of 3 free blocks; the next is tick 5)
     # tick 0: 3 x 4 tokens in 3 blocks, free: block 5, block 1, block 0 (cached); tick 1: 15 tokens, 6 used
     assert [(m.token_states, m.used_blocks, m.free_blocks, m.cached_blocks) for m in mems] == \
         [(12, 3, 3, 1), (15, 6, 0, 0)]
