@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import cache
 
 import typer
 
 from kvsim.cli.run_files import StepsCsv, write_outputs  # noqa: F401 (re-exported for kvsim run)
 
-_CONSOLES: dict[str, object] = {}
 
-
-def _console(name: str = "console"):
+@cache
+def _console(name: str):
     """The shared rich `Console` on stdout (`console`, wide enough for `kvsim compare`'s five columns
     even when output is not a terminal) or stderr (`err_console`), made on first use: rich is loaded
     only when something is printed (a `--quiet` run prints nothing and saves its import time)."""
-    if name not in _CONSOLES:
-        from rich.console import Console
-        _CONSOLES[name] = (Console(width=None if sys.stdout.isatty() else 120) if name == "console"
-                           else Console(stderr=True))
-    return _CONSOLES[name]
+    from rich.console import Console
+    return Console(width=None if sys.stdout.isatty() else 120) if name == "console" else Console(stderr=True)
 
 
 def __getattr__(name: str):
@@ -61,7 +58,7 @@ class Progress:
             from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
             self.bar = RichProgress(TextColumn(self.label), BarColumn(), TextColumn("{task.description}"),
-                                    TimeElapsedColumn(), console=_console(), transient=True)
+                                    TimeElapsedColumn(), console=_console("console"), transient=True)
             self.bar.start()
             self.task = self.bar.add_task("", total=self.total_s)
         self.bar.update(self.task, completed=min(now_s, self.total_s),
@@ -156,7 +153,7 @@ def print_summary(summary: dict, title: str, requests=None) -> None:
     """The summary of one run as a two-column table; given the per-request table, a note on why
     requests were rejected (when any were)."""
     from rich.table import Table
-    console = _console()
+    console = _console("console")
     table = Table(title=title, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
@@ -174,7 +171,7 @@ def print_summary(summary: dict, title: str, requests=None) -> None:
 def print_comparison(summaries: dict[str, dict], title: str) -> None:
     """Several runs' summaries side by side, one column each."""
     from rich.table import Table
-    console = _console()
+    console = _console("console")
     table = Table(title=title)
     table.add_column("metric", style="bold", no_wrap=True)
     rows = {name: _rows(s) for name, s in summaries.items()}
@@ -196,7 +193,7 @@ def print_startup(cfg) -> None:
     """The start-up lines a vLLM user knows: the engine, the KV cache size in tokens and the maximum
     concurrency at the maximum model length (vLLM: blocks / ceil(max_model_len / block_size))."""
     from kvsim.engine.config import kv_capacity
-    console = _console()
+    console = _console("console")
     resolved = cfg.resolved()
     profile, sched = resolved.engine_profile, resolved.scheduler
     capacity, max_len = kv_capacity(cfg), cfg.deployment.model.max_seq_len
@@ -230,7 +227,7 @@ def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
     plan = kv_cache_plan(cfg)
     if plan is None:
         return False
-    console = _console()
+    console = _console("console")
     kinds = ", ".join(f"{g.kind}" + (f" W{g.window}" if g.window else f" C{g.chunk}" if g.chunk else "")
                       + f" x{g.num_layers}" for g in plan.groups)
     console.print(f"INFO {cfg.deployment.model.name}: {describe(cfg.deployment.model.groups)}; "
