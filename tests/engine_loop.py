@@ -43,3 +43,20 @@ def steps_of(trace, cfg, lazy: bool):
         parts.scheduler._lazy = False
     for _, plan in engine_steps(trace, parts):
         yield plan, parts.scheduler, parts.allocator
+
+
+def findable_hashes(sched, cache) -> dict[int, list[int]]:
+    """The prefix cache's hash -> blocks map without the own blocks of sequences done for good (their
+    request finished or their sample ended): no lookup can ask for those hashes (`prefix.unique_hashes`
+    salts them by the sequence id, -1 - (id * 2**32 + index)), and `free_finished` parks the blocks
+    nameless where the per-sequence path registers them first."""
+    from kvsim.engine.request_state import FINISHED
+
+    def done(h) -> bool:
+        h = h[0] if isinstance(h, tuple) else h     # (the hybrid manager's keys: (hash, group))
+        if h >= 0:
+            return False                         # a chained content hash: shareable
+        i, j = divmod((-1 - h) >> 32, sched.stride)
+        return sched.status[i] == FINISHED or j >= sched.n[i]
+
+    return {h: [b] if isinstance(b, int) else list(b) for h, b in cache._blocks_of.items() if not done(h)}

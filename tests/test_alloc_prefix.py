@@ -189,3 +189,47 @@ def test_both_hash_mixers_are_splitmix64():
     states = [k * 0x9E3779B97F4A7C15 % 2**64 for k in (1, 2, 3, 4)]
     assert [prefix._mix64(s) for s in states] == published
     assert block_ids._mix64(np.array(states, dtype=np.uint64)).tolist() == [p % 2**63 for p in published]
+
+
+def _ticked(free: str) -> PagedAllocator:
+    """4-slot blocks: sequence 1 (5 tokens, one shareable block with content id 10) ticks 10 times to
+    15 tokens in blocks [0, 1, 2, 3] (block 3 holds 3), then is freed by `free` or `free_finished`."""
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(1, 5, 20, block_hashes=[10])
+    a.tick_join(1)
+    for _ in range(10):
+        assert a.tick()
+    assert a._seqs[1].table == [0, 1, 2, 3]     # (not `block_table`: reading brings it up to date)
+    getattr(a, free)(1)
+    a.check_invariants()
+    return a
+
+
+def test_a_finished_sequence_parks_its_own_blocks_nameless_in_the_same_order():
+    a, b = _ticked("free"), _ticked("free_finished")
+    # tail first: the partly filled block 3 to the free list, blocks 2, 1, 0 evictable in that order
+    for x in (a, b):
+        assert x._cache.evictable_blocks() == [2, 1, 0] and list(x._free) == [3]
+        assert x.stats() == a.stats() and x.stats().cached_blocks == 3
+    h1 = a._cache.cached_hash(1)
+    assert h1 == -1 - (1 << 32) - 1                    # sequence 1's own block 1 (`unique_hashes`)
+    assert b._cache.cached_hash(1) is None and b._cache.cached_hash(2) is None   # nameless
+    assert b._cache.cached_hash(0) == a._cache.cached_hash(0)                    # shareable: kept
+    for x in (a, b):     # a new sequence hits block 0; takes never used 4..7, then free 3, then evicts 2
+        assert x.allocate(2, 30, 30, block_hashes=[10]) == 4
+        assert x.block_table(2) == [0, 4, 5, 6, 7, 3, 2, 1]
+        x.check_invariants()
+
+
+def test_free_finished_is_free_where_blocks_are_shared_or_a_cpu_tier_keeps_hashes():
+    for kwargs, fork in (({}, True), ({"cpu_tier_blocks": 4}, False)):
+        a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True, **kwargs)
+        a.allocate(1, 9, 20, block_hashes=[10])
+        if fork:
+            a.fork(1, 2)                                 # blocks 0 and 1 shared (2: copied on the tick)
+        a.tick_join(1)
+        for _ in range(4):
+            assert a.tick()
+        a.free_finished(1)
+        assert a._cache.cached_hash(1) is not None       # registered as `free` registers it
+        a.check_invariants()

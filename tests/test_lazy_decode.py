@@ -15,7 +15,7 @@ from kvsim.engine.build import build_run
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
-from engine_loop import steps_of
+from engine_loop import findable_hashes, steps_of
 from quick_examples import examples
 
 DEP = Deployment(get_model("opt-13b"), get_gpu("a100-40gb"))
@@ -31,7 +31,7 @@ def _state(sched, alloc):
             list(sched.running), [(s, alloc.num_tokens(s), alloc.block_table(s)) for s in live],
             alloc.stats(), None if cache is None else
             (cache.evictable_blocks(),
-             {h: [b] if isinstance(b, int) else list(b) for h, b in cache._blocks_of.items()}))
+             findable_hashes(sched, cache)))
 
 
 def _side_by_side(trace, cfg, stop_at: int = -1, state=None) -> int:

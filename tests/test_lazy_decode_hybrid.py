@@ -21,7 +21,7 @@ from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig, kv_cach
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 
-from engine_loop import steps_of
+from engine_loop import findable_hashes, steps_of
 from test_lazy_decode import _side_by_side as side_by_side
 from quick_examples import examples
 
@@ -56,7 +56,7 @@ def _state(sched, alloc):
             list(sched.running), [(s, alloc.num_tokens(s), tables(s)) for s in live], alloc.stats(),
             None if cache is None else
             (cache.evictable_blocks(),
-             {h: [b] if isinstance(b, int) else list(b) for h, b in cache._blocks_of.items()}))
+             findable_hashes(sched, cache)))
 
 
 def _side_by_side(trace, cfg, hybrid: bool) -> int:

@@ -208,6 +208,36 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         self._sum_reach -= seq.final if seq.final < held else held
         self._sum_blocks -= len(table)
 
+    def free_finished(self, seq_id: int) -> None:
+        """`free` of a sequence done for good (its request finished, or its sample ended): its id is never
+        allocated again, so no lookup will ask for its own blocks' hashes (salted by its id). A ticking
+        sequence's blocks filled since it last synced are then parked nameless (`park_nameless`) rather
+        than registered first: the same evictable blocks in the same LRU order, so every count and every
+        block taken is `free`'s. Where a CPU tier keeps evicted hashes, or blocks are shared: `free`."""
+        seq, cache = self._seqs.get(seq_id), self._cache
+        if (seq is None or seq.at < 0 or cache is None or self.cpu_tier is not None or self._pending is not None
+                or self._excess or self._shared_partial):
+            self.free(seq_id)
+            return
+        del self._seqs[seq_id]
+        bs, table, ref = self.block_size, seq.table, self._ref
+        tokens = seq.tokens + self._clock - seq.at
+        first, full = seq.tokens // bs, tokens // bs      # (a ticking sequence's shareable blocks are full)
+        seq.at = seq.due = -1
+        self._ticking -= 1
+        for block in table:                                # (nothing is shared: each held once)
+            ref[block] = 0
+        if full < len(table):
+            self._free.append(table[-1])                  # the partly filled last block
+        cache.park_nameless(reversed(table[first:full]))
+        for block in reversed(table[:first]):             # registered when filled
+            if not cache.park(block):
+                self._free.append(block)
+        held = len(table) * bs
+        self._sum_tokens -= tokens
+        self._sum_reach -= seq.final if seq.final < held else held
+        self._sum_blocks -= len(table)
+
     def _release(self, table: list[int], partial_last: bool) -> None:
         """Drop one reference to each block of `table`, last block first (see `free`)."""
         ref, cache, bs = self._ref, self._cache, self.block_size

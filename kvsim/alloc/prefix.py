@@ -8,7 +8,9 @@ counts as free but keeps its contents until a fresh block is needed, least recen
 Invariants (checked by `check`):
 - `b` is `_blocks_of[h]`, or in it when several blocks hold `h`, if and only if `_hash_of[b] == h`
   (each cached block holds one hash; `_blocks_of[h]` is a dict only for two blocks or more);
-- every evictable block is cached and has reference count 0;
+- every evictable block has reference count 0; it is cached, or *nameless*: a block whose hash no
+  lookup could ask for (`park_nameless`: the own blocks of a sequence that is done for good), kept in
+  the LRU order as if cached;
 - a cached block with reference count 0 is evictable (nothing cached is lost from both sets).
 """
 
@@ -109,10 +111,18 @@ class PrefixCache:
         self._evictable[block] = None
         return True
 
+    def park_nameless(self, blocks: Iterable[int]) -> None:
+        """Park full `blocks` (reference counts just dropped to 0) as evictable without registering
+        their hashes: blocks whose hashes no lookup will ask for (a finished sequence's own blocks:
+        `PagedAllocator.free_finished`). They are evicted in the LRU order as cached blocks are."""
+        self._evictable.update(dict.fromkeys(blocks))
+
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
         block, _ = self._evictable.popitem(last=False)
-        h = self._hash_of.pop(block)
+        h = self._hash_of.pop(block, None)
+        if h is None:                           # nameless (`park_nameless`)
+            return block
         held = self._blocks_of[h]
         if held.__class__ is int:
             del self._blocks_of[h]
@@ -144,7 +154,6 @@ class PrefixCache:
             holders += len(members)
         assert len(self._hash_of) == holders, "block -> hash and hash -> block maps disagree"
         for block in self._evictable:
-            assert block in self._hash_of, f"evictable block {block} is not cached"
             assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
         for block, h in self._hash_of.items():
             if ref_counts[block] == 0:

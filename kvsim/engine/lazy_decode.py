@@ -214,7 +214,7 @@ class LazyDecodes(LazyCappedReads):
 
     def _retire_lazy(self, retire: list[int], now: float) -> None:
         """`_retire` of requests given in batch order."""
-        running, free, status, finished_s = self.running, self.alloc.free, self.status, self.finished_s
+        running, free, status, finished_s = self.running, self._free_done, self.status, self.finished_s
         if self.stride == 1:
             for i in retire:
                 running.remove(i)

@@ -70,6 +70,8 @@ class SchedulerBase:
         """`swap_tokens`: CPU swap space in KV slots; `block_ids(i)`: prompt block content ids for
         prefix caching (None without); `seed`: the run's (beam search draws, `kvsim.engine.beams`)."""
         self.alloc, self.cfg, self.max_seq_len = allocator, config.with_fixed_limits(), max_seq_len
+        # frees a sequence that is done for good (a prefix cache need not keep its own blocks findable)
+        self._free_done = getattr(allocator, "free_finished", allocator.free)
         self.swap_tokens = swap_tokens
         self.block_ids = block_ids          # callable(i) -> prompt block content ids, or None
         self.requests = req = RequestState(trace)
@@ -168,7 +170,7 @@ class SchedulerBase:
                 e.pop()
                 self.n[i] -= 1
                 seq = i * stride + self.n[i]
-                self.alloc.free(seq)
+                self._free_done(seq)
                 self.running_seqs -= 1
                 plan.samples_ended.append(seq)
             if not e:
@@ -213,7 +215,7 @@ class SchedulerBase:
     def _finished_blocks(self, i: int) -> None:
         """What becomes of finished request `i`'s blocks: freed (a prefill instance keeps them)."""
         for s in self.seq_ids(i):
-            self.alloc.free(s)
+            self._free_done(s)
             if self.beams is not None:
                 self.beams.forget(i)
 
