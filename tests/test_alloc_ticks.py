@@ -1,20 +1,23 @@
 """PagedAllocator's lazy decode ticks (`tick_join`, `tick`, `tick_window`, `tick_steps`), checked by hand
 on pools of a few blocks: which tick takes which block, the memory breakdown after each tick, a tick
 that runs out of blocks and resumes, stale sequences skipped, and the refusals; each with the snapshots of
-`tick_steps` made as named tuples and as one table (kvsim/alloc/paged_tick_steps.py)."""
+`tick_steps` read as named tuples and as one numpy table (kvsim/alloc/tick_runs.py)."""
 
 import copy
 
 import pytest
 
 from kvsim.alloc import AllocationError, PagedAllocator
-from kvsim.alloc import paged_tick_steps
+from kvsim.alloc.base import MemoryTable
+from kvsim.alloc.tick_runs import TickRun, runs_table
 
 
 @pytest.fixture(autouse=True, params=["tuples", "table"])
 def snapshots_as(request, monkeypatch):
-    """Every test twice: `tick_steps` giving its snapshots as named tuples, then as one table."""
-    monkeypatch.setattr(paged_tick_steps, "TABLE_MIN_STEPS", 10**9 if request.param == "tuples" else 0)
+    """Every test twice: `tick_steps`' snapshots (a `TickRun`) read as named tuples, then as the rows of
+    the numpy table the step log makes of them (`runs_table`)."""
+    if request.param == "table":
+        monkeypatch.setattr(TickRun, "rows", lambda run: list(MemoryTable(runs_table([run]))))
     return request.param
 
 
@@ -400,3 +403,19 @@ def test_a_snapshot_table_reads_as_a_list_of_snapshots():
     table = MemoryTable(np.array(rows, np.int64))
     assert len(table) == 2 and table[1] == rows[1] and table[-1].unshared_blocks == 4
     assert table == rows and table[1:] == rows[1:] and list(table) == rows and table != rows[:1]
+
+
+def test_runs_of_several_windows_make_one_table_of_their_snapshots_by_hand(snapshots_as):
+    """Three windows' runs worked out tick by tick (columns: capacity, token_states, reserved, internal,
+    external, free slots, used, free blocks, unshared, cached):
+    A: 4-slot blocks, 10 blocks; 10 tokens + 2 a tick, reach 14, 4 blocks, 6 free, 2 cached; tick 0 takes
+       1 block (reach + 4), tick 2 takes 2 (reach + 5), evicting 1 cached;
+    B: 2-slot blocks, 4 blocks; 3 tokens, nothing ticking, reach 5, 3 blocks, 1 free;
+    C: as B's pool but empty, 1 ticking; tick 0 takes 1 block (reach + 1) evicting the 1 cached."""
+    a = TickRun(3, [(0, 1, 4, 0), (2, 2, 5, 1)], 40, 4, 10, 10, 2, 14, 4, 6, 2)
+    b = TickRun(2, [], 8, 2, 4, 3, 0, 5, 3, 1, 0)
+    c = TickRun(1, [(0, 1, 1, 1)], 8, 2, 4, 0, 1, 0, 0, 4, 1)
+    hand = [(40, 12, 6, 2, 0, 20, 5, 5, 5, 2), (40, 14, 4, 2, 0, 20, 5, 5, 5, 2), (40, 16, 7, 5, 0, 12, 7, 3, 7, 1),
+            (8, 3, 2, 1, 0, 2, 3, 1, 3, 0), (8, 3, 2, 1, 0, 2, 3, 1, 3, 0), (8, 1, 0, 1, 0, 6, 1, 3, 1, 0)]
+    assert runs_table([a, b, c]).tolist() == [list(row) for row in hand]
+    assert list(a) + list(b) + list(c) == hand and len(a) == 3 and a[2] == hand[2]

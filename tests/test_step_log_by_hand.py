@@ -8,6 +8,7 @@ import pytest
 
 from kvsim.engine import metrics
 from kvsim.alloc.base import MemoryStats, MemoryTable
+from kvsim.alloc.tick_runs import TickRun
 from kvsim.engine.metrics import STEP_COLUMNS, StepLog, summarize
 from kvsim.engine.request_state import FINISHED, REJECTED
 from kvsim.engine.step import StepPlan
@@ -51,16 +52,28 @@ def as_table(plan: StepPlan) -> StepPlan:
     return plan
 
 
-@pytest.fixture(params=["tuples", "tables"])
+def as_run(plan: StepPlan) -> StepPlan:
+    """`plan` with the second window's snapshots as a `TickRun` (what paged lazy decode ticks return):
+    3 tokens before it, 1 ticking, reach 4, 1 block, 4 free; tick 1 takes a block reaching 4 more."""
+    if plan.num_steps == 2:
+        run = TickRun(2, [(1, 1, 4, 0)], 20, 4, 5, 3, 1, 4, 1, 4, 0)
+        assert run == plan.memory
+        plan.memory = run
+    return plan
+
+
+@pytest.fixture(params=["tuples", "tables", "runs"])
 def log(monkeypatch, request):
-    """The plans above logged with chunks of 3 rows (the windows' snapshots as named tuples, or as one
-    table each); `log.chunks` holds what the sink received."""
+    """The plans above logged with chunks of 3 rows (the windows' snapshots as named tuples, as one
+    table each, or the second window's as a `TickRun` between rows of tuples, its rows split over two
+    chunks); `log.chunks` holds what the sink received."""
     monkeypatch.setattr(metrics, "CHUNK", 3)
     chunks = []
     steps = StepLog(sink=lambda chunk: chunks.append({k: v.tolist() for k, v in chunk.items()}))
     steps.chunks = chunks
+    convert = {"tables": as_table, "runs": as_run}.get(request.param, lambda plan: plan)
     for plan in plans():
-        steps.record(as_table(plan) if request.param == "tables" else plan)
+        steps.record(convert(plan))
     return steps
 
 
@@ -240,3 +253,16 @@ def test_kept_rows_are_still_streamed_as_soon_as_a_chunk_is_full(monkeypatch):
     for plan in float_steps()[:3]:
         steps.record(plan)
     assert sizes == [3]
+
+
+def test_a_tick_run_between_rows_of_tuples_is_placed_in_its_steps():
+    """Every row buffered until the end (no sink): the run's two rows come out between the tuples' rows
+    (steps 4 and 5 of seven), as the tuples would have given them."""
+    tuples, runs = StepLog(), StepLog()
+    for plan, twin in zip(plans(), plans()):
+        tuples.record(plan)
+        runs.record(as_run(twin))
+    assert runs._runs and runs._rows                 # (both kinds waiting to be turned into one table)
+    want, got = tuples.columns(), runs.columns()
+    assert {c: got[c].tolist() for c in STEP_COLUMNS} == {c: want[c].tolist() for c in STEP_COLUMNS}
+    assert got["token_states"].tolist() == [8, 9, 10, 11, 4, 5, 6]

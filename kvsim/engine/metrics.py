@@ -2,7 +2,8 @@
 
 Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
 snapshot is weighted by the step's duration. The step log buffers one tuple per step (a window whose
-snapshots come as one table, `kvsim.alloc.base.MemoryTable`, as one float64 table) and folds them,
+snapshots come as one table, `kvsim.alloc.base.MemoryTable`, as one float64 table; one whose snapshots
+come as a `kvsim.alloc.tick_runs.TickRun` as it is, all of them expanded at once later) and folds them,
 `CHUNK` rows at a time, into numpy columns and running aggregates (all the summary needs), so a run's
 memory does not grow with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the
 steps table) or handed to a sink.
@@ -44,6 +45,22 @@ def _table(rows: list[tuple]) -> np.ndarray:
     return np.fromiter(chain.from_iterable(rows), np.float64, count=len(rows) * width).reshape(len(rows), width)
 
 
+def _plan_columns(plans: list, steps: list[int], total: int) -> np.ndarray:
+    """The `_ROW` columns of the steps of multi-step `plans` (`steps[j]` steps each, `total` in all) as
+    one float64 table: the values `record` puts in its tuples."""
+    out = np.empty((total, len(_ROW)), np.float64)
+    out[:, 0] = np.fromiter(chain.from_iterable(p.starts for p in plans), np.float64, total)
+    out[:, 1] = np.fromiter(chain.from_iterable(p.durations for p in plans), np.float64, total)
+    waiting = np.fromiter(chain.from_iterable(p.waiting for p in plans), np.float64, total)
+    out[:, 3] = waiting
+    for col, name in ((2, "batch_requests"), (4, "prefill_tokens"), (5, "decode_seqs"), (6, "limited_by")):
+        out[:, col] = np.repeat(np.fromiter((getattr(p, name) for p in plans), np.float64, len(plans)), steps)
+    out[:, 6] *= waiting != 0
+    out[:, 7] = np.fromiter(chain.from_iterable(p.compute_bound or repeat(False, k) for p, k in zip(plans, steps)),
+                            np.float64, total)
+    return out
+
+
 class StepLog:
     """One row per engine step, appended from step plans (`record`) as one tuple per step and turned
     into numpy columns `CHUNK` rows at a time: as they come when streamed (`sink(columns)` receives
@@ -54,6 +71,8 @@ class StepLog:
     def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.keep, self.sink = keep, sink
         self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
+        self._runs: list[tuple] = []      # windows whose snapshots are a `TickRun`: (first row, plan, run)
+        self._pending = 0                 # rows in `_rows` and `_runs` (in the order they came)
         self._parts: list[np.ndarray] = []   # earlier rows not yet folded, as float64 tables (in order)
         self._buffered = 0                # rows in `_parts` and `_rows`
         self._kept: list[dict[str, np.ndarray]] = []
@@ -75,14 +94,19 @@ class StepLog:
         if not self._memory_fields:
             self._memory_fields = getattr(memory, "fields", None) or memory[0]._fields
         k = len(plan.starts)
-        if k == 1:
+        if k == 1 and memory.__class__ is list:
+            self._pending += 1
             w = waiting[0]
             rows.append((plan.starts[0], plan.durations[0], plan.batch_requests, w, plan.prefill_tokens,
                          plan.decode_seqs, limit if w else 0,
                          plan.compute_bound[0] if plan.compute_bound else False) + memory[0])
+        elif hasattr(memory, "runs_table"):     # a window's snapshots as counts (`TickRun`; `_flush`)
+            self._runs.append((self._pending, plan, memory))
+            self._pending += k
         elif hasattr(memory, "array"):          # a window's snapshots as one table (`MemoryTable`)
             self._record_table(plan, memory.array)
         else:
+            self._pending += k
             limits = [limit if w else 0 for w in waiting] if limit else repeat(0, k)
             rows.extend(map(tuple.__add__, zip(
                 plan.starts, plan.durations, repeat(plan.batch_requests, k), waiting,
@@ -96,24 +120,39 @@ class StepLog:
     def _record_table(self, plan, memory: np.ndarray) -> None:
         """The rows of a window whose snapshots are one int64 table, as one float64 table (the values
         the tuples would hold: every value is exact in float64)."""
-        if self._rows:
-            self._parts.append(_table(self._rows))
-            self._rows = []
-        k, limit = len(plan.starts), plan.limited_by
+        self._flush()
+        k = len(plan.starts)
         table = np.empty((k, len(_ROW) + memory.shape[1]), np.float64)
         table[:, len(_ROW):] = memory
-        table[:, 0], table[:, 1], table[:, 2] = plan.starts, plan.durations, plan.batch_requests
-        waiting = np.array(plan.waiting, np.float64)
-        table[:, 3], table[:, 4], table[:, 5] = waiting, plan.prefill_tokens, plan.decode_seqs
-        table[:, 6] = (waiting != 0) * limit if limit else 0
-        table[:, 7] = plan.compute_bound if plan.compute_bound else False
+        table[:, :len(_ROW)] = _plan_columns([plan], [k], k)
         self._parts.append(table)
+
+    def _flush(self) -> None:
+        """Turn the rows recorded since the last flush (tuples and `TickRun` windows) into one float64
+        table at the end of `_parts`, the windows' rows worked out together (their `runs_table`)."""
+        if not self._runs:
+            if self._rows:
+                self._parts.append(_table(self._rows))
+                self._rows, self._pending = [], 0
+            return
+        runs, total = self._runs, self._pending
+        table = np.empty((total, len(_ROW) + len(self._memory_fields)), np.float64)
+        steps = np.fromiter((len(run) for _, _, run in runs), np.int64, len(runs))
+        in_run = np.zeros(total + 1, np.int64)             # +1 at each window's first row, -1 after its last
+        first = np.fromiter((at for at, _, _ in runs), np.int64, len(runs))
+        np.add.at(in_run, first, 1)
+        np.add.at(in_run, first + steps, -1)
+        in_run = in_run.cumsum()[:-1] > 0
+        if self._rows:
+            table[~in_run] = _table(self._rows)
+        table[in_run, len(_ROW):] = runs[0][2].runs_table([run for _, _, run in runs])
+        table[in_run, :len(_ROW)] = _plan_columns([plan for _, plan, _ in runs], steps, int(steps.sum()))
+        self._parts.append(table)
+        self._rows, self._runs, self._pending = [], [], 0
 
     def _take(self, rows: int) -> np.ndarray:
         """The first `rows` buffered rows as one float64 table, dropped from the buffer."""
-        if self._rows:
-            self._parts.append(_table(self._rows))
-            self._rows = []
+        self._flush()
         parts, have, n = self._parts, 0, 0
         while have < rows:
             have += len(parts[n])
