@@ -262,18 +262,15 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
             self._ref.extend([1] * fresh)
             if fresh == num:
                 return list(range(top, top + num))
-        blocks = list(range(top, top + fresh))
         rest = num - fresh
         free, ref = self._free, self._ref
         if rest <= len(free):              # released plain free blocks, from the left
             popleft = free.popleft
-            for _ in range(rest):
-                block = popleft()
+            taken = [popleft() for _ in range(rest)]
+            for block in taken:
                 ref[block] = 1
-                blocks.append(block)
-        else:
-            blocks += [self._take() for _ in range(rest)]
-        return blocks
+            return list(range(top, top + fresh)) + taken if fresh else taken
+        return list(range(top, top + fresh)) + [self._take() for _ in range(rest)]
 
     def _take(self) -> int:
         """A fresh block with reference count 1: a never used one, else a released plain free one, else

@@ -94,10 +94,12 @@ class LazyDecodes(LazyCappedReads):
 
     def _leave(self, i: int) -> None:
         """Take request `i` out of the members (preempted or retired), its state brought up to date."""
-        if i in self._since:
-            self._sync(i)
-            self.kv_len[i] += self._kv_clock - self._gen_clock
-            del self._since[i], self._keys[i]
+        since = self._since.pop(i, None)
+        if since is not None:          # (`_sync`, inlined: brought up to `_gen_clock`, then `_kv_clock`)
+            d = self._gen_clock - since
+            self.generated[i] += d
+            self.kv_len[i] += d + self._kv_clock - self._gen_clock
+            del self._keys[i]
             self._context -= self.kv_len[i] * self.n[i]
             self._member_seqs -= self.n[i]
             if self._reads is not None:

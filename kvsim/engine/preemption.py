@@ -30,12 +30,17 @@ class Preemption:
         else:
             running.remove(i)
         self.running_seqs -= self.n[i]
-        for s in self.seq_ids(i):
-            self.alloc.free(s)
+        if self.stride == 1:     # (one sequence, numbered as its request)
+            self.alloc.free(i)
+            plan.freed.append(i)
+        else:
+            seqs = self.seq_ids(i)
+            for s in seqs:
+                self.alloc.free(s)
+            plan.freed.extend(seqs)
         self.preemptions[i] += 1
         self.num_preemptions += 1
         plan.preempted.append(i)
-        plan.freed.extend(self.seq_ids(i))
         tokens = self.kv_len[i] * self.n[i]
         final = self.prompt[i] + self.output[i] - 1
         swap = ((self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1))
