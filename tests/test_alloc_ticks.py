@@ -419,3 +419,26 @@ def test_runs_of_several_windows_make_one_table_of_their_snapshots_by_hand(snaps
             (8, 3, 2, 1, 0, 2, 3, 1, 3, 0), (8, 3, 2, 1, 0, 2, 3, 1, 3, 0), (8, 1, 0, 1, 0, 6, 1, 3, 1, 0)]
     assert runs_table([a, b, c]).tolist() == [list(row) for row in hand]
     assert list(a) + list(b) + list(c) == hand and len(a) == 3 and a[2] == hand[2]
+
+
+def test_joining_many_at_once_is_joining_each_in_order():
+    """`tick_join_many([1, 2])` files A and B as `_two_ticking` joins them one by one (the same first
+    ticks: B's block 2 at tick 0, A's block 3 at tick 1); a refused id stops it there, those before it
+    joined and counted (check_invariants)."""
+    a = PagedAllocator(num_blocks=5, block_size=4)
+    a.allocate(1, 3, 9)
+    a.allocate(2, 4, 11)
+    a.tick_join_many([1, 2])
+    b = _two_ticking()
+    for x in (a, b):
+        assert x.tick() and x.tick()
+        assert (x.block_table(1), x.block_table(2)) == ([0, 3], [1, 2])
+        x.check_invariants()
+    c = PagedAllocator(num_blocks=5, block_size=4)
+    c.allocate(1, 3, 9)
+    c.allocate(2, 4, 11)
+    c.tick_join(2)
+    with pytest.raises(AllocationError, match="^sequence 2 is already ticking$"):
+        c.tick_join_many([1, 2])
+    c.check_invariants()
+    assert c.tick() and c.block_table(2) == [1, 2]

@@ -40,6 +40,11 @@ class ContiguousTicks:
             raise AllocationError(f"sequence {seq_id} cannot tick: its final length passes its reservation")
         self._at[seq_id] = self._clock
 
+    def tick_join_many(self, seq_ids) -> None:
+        """`tick_join` of each of `seq_ids`, in that order."""
+        for seq_id in seq_ids:
+            self.tick_join(seq_id)
+
     def _sync(self, seq_id: int) -> None:
         """Bring ticking `seq_id`'s written slots up to the clock."""
         at = self._at.get(seq_id)

@@ -97,26 +97,35 @@ class PagedTicks:
 
     def tick_join(self, seq_id: int) -> None:
         """Start growing `seq_id` by one slot per `tick()`, after the sequences ticking now."""
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise AllocationError(f"unknown sequence id {seq_id}")
-        bs, clock = self.block_size, self._clock
-        if seq.at >= 0:
-            raise AllocationError(f"sequence {seq_id} is already ticking")
-        if seq.tokens // bs < len(seq.hashes):
-            raise AllocationError(f"sequence {seq_id} cannot tick (shareable blocks unfilled)")
-        seq.at, seq.key = clock, self._joins
-        self._joins += 1
-        self._ticking += 1
-        if seq.tokens % bs and self._ref[seq.table[-1]] > 1:   # a fork sharing its partly filled last
-            seq.due = due = clock                               # block: copied at the next tick
-        else:
-            seq.due = due = clock + len(seq.table) * bs - seq.tokens
-        waiting = self._due.get(due)
-        if waiting is None:
-            self._due[due] = [seq]
-        else:
-            waiting.append(seq)
+        self.tick_join_many((seq_id,))
+
+    def tick_join_many(self, seq_ids) -> None:
+        """`tick_join` of each of `seq_ids`, in that order (one call for a step's joins)."""
+        seqs, bs, clock, due_at, ref, key = self._seqs, self.block_size, self._clock, self._due, self._ref, self._joins
+        try:
+            for seq_id in seq_ids:
+                seq = seqs.get(seq_id)
+                if seq is None:
+                    raise AllocationError(f"unknown sequence id {seq_id}")
+                if seq.at >= 0:
+                    raise AllocationError(f"sequence {seq_id} is already ticking")
+                tokens, table = seq.tokens, seq.table
+                if tokens // bs < len(seq.hashes):
+                    raise AllocationError(f"sequence {seq_id} cannot tick (shareable blocks unfilled)")
+                seq.at, seq.key = clock, key
+                key += 1
+                if tokens % bs and ref[table[-1]] > 1:    # a fork sharing its partly filled last
+                    seq.due = due = clock                  # block: copied at the next tick
+                else:
+                    seq.due = due = clock + len(table) * bs - tokens
+                waiting = due_at.get(due)
+                if waiting is None:
+                    due_at[due] = [seq]
+                else:
+                    waiting.append(seq)
+        finally:
+            self._ticking += key - self._joins
+            self._joins = key
 
     def _sync(self, seq) -> None:
         """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change), registering
@@ -161,8 +170,9 @@ class PagedTicks:
                 self._clock += 1
                 self._sum_tokens += self._ticking
                 return True
-        clock, bs, released = self._clock, self.block_size, self._free
-        free = taken = self.num_free_blocks
+        clock, bs, released, cache = self._clock, self.block_size, self._free, self._cache
+        free = taken = (self.num_blocks - self._top + len(released)       # (`num_free_blocks`, inlined)
+                        + (cache.num_evictable if cache is not None else 0))
         nxt = self._due.setdefault(clock + bs, [])
         take, ref, reach = self._take, self._ref, 0
         fresh = self._top < self.num_blocks

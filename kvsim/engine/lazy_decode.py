@@ -1,7 +1,7 @@
 """Lazy decode steps for continuous batching: a decode step costs O(1) plus the sequences that cross a
 block boundary or finish, not O(batch). Plain Python, no SimPy; a mixin of `kvsim.engine.scheduler.Scheduler`.
 
-When the allocator can tick (paged, with or without a prefix cache; `tick_join` etc. in
+When the allocator can tick (paged, with or without a prefix cache; `tick_join_many` etc. in
 kvsim/alloc/paged_window.py; vLLM's hybrid manager in kvsim/alloc/hybrid/ticks.py; contiguous
 reservations in kvsim/alloc/contiguous_ticks.py) and no request's
 sequences fork or end mid-request (parallel samples that all run to the request's length tick one by one,
@@ -60,7 +60,8 @@ class LazyDecodes(LazyCappedReads):
         """Make those of `requests` (in batch order) that go on decoding members."""
         generated, output, kv_len, since, keys, ends, n = (self.generated, self.output, self.kv_len,
                                                            self._since, self._keys, self._ends, self.n)
-        clock, key, tick_join, one = self._gen_clock, self._joins, self.alloc.tick_join, self.stride == 1
+        clock, key, one = self._gen_clock, self._joins, self.stride == 1
+        joining = []                                # their sequences, in batch order
         for i in requests:
             if generated[i] < output[i]:
                 since[i], keys[i] = clock, key
@@ -68,14 +69,15 @@ class LazyDecodes(LazyCappedReads):
                 self._member_seqs += n[i]
                 heapq.heappush(ends, (clock + output[i] - generated[i], key, i))
                 if one:
-                    tick_join(i)
+                    joining.append(i)
                 else:
-                    for s in self.seq_ids(i):       # (its samples, in batch order)
-                        tick_join(s)
+                    joining.extend(self.seq_ids(i))     # (its samples, in batch order)
                 if self._reads is not None:
                     self._reads.join(i, key, kv_len[i])
                 key += 1
         self._joins = key
+        if joining:
+            self.alloc.tick_join_many(joining)
 
     def keep_contexts_exact(self) -> None:
         """Keep every request's `kv_len` current at each step (no lazy members), for a cost model that

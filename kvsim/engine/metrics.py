@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from kvsim.engine.quantiles import percentiles
 from kvsim.engine.request_state import FINISHED, REJECTED
 from kvsim.engine.step import LIMITS
 
@@ -222,7 +223,7 @@ class StepLog:
 def _quantiles(values: np.ndarray) -> dict:
     if len(values) == 0:
         return {"p50": None, "p90": None, "p99": None, "mean": None}
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    p50, p90, p99 = percentiles(values, (50, 90, 99))
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
 
 

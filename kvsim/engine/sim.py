@@ -128,5 +128,8 @@ def cpu_tier_summary(tiers: list[dict], scheds, kv_bytes_per_token: int, block_s
 
 
 def _ids(trace: Trace) -> np.ndarray:
-    """Request ids as strings (the trace's own, else the line number)."""
-    return np.array([trace.request_id(i) for i in range(len(trace))], dtype=object)
+    """Request ids as strings (the trace's own, else the line number): `trace.request_id(i)` of each,
+    made at once (a call per request cost a third as much as summarizing a 108,000-request run)."""
+    ids = np.empty(len(trace), dtype=object)
+    ids[:] = trace.ids if trace.ids is not None else list(map(str, range(1, len(trace) + 1)))
+    return ids

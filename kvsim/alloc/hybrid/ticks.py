@@ -85,6 +85,11 @@ class HybridTicks:
             self._set_event(seq)              # (ticking: filling a block is no event)
         self._file(seq, self._clock)
 
+    def tick_join_many(self, seq_ids) -> None:
+        """`tick_join` of each of `seq_ids`, in that order."""
+        for seq_id in seq_ids:
+            self.tick_join(seq_id)
+
     def tick(self, copies: list | None = None) -> bool:
         """One token for every ticking sequence; those at an event grow as `append_each` grows them, in
         join order. False when one found no free block (its windows' blocks freed all the same): free
