@@ -6,10 +6,10 @@ both start from it. This is the one place in the engine that builds an allocator
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous_groups import GroupedContiguousAllocator, GroupShare
-from kvsim.alloc.hybrid import GroupSpec
 from kvsim.engine.config import SimConfig, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
@@ -18,6 +18,9 @@ from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, KVCachePlan
 from kvsim.specs.model import GIB
 from kvsim.engine.static_batching import StaticScheduler
 from kvsim.trace.table import Trace
+
+if TYPE_CHECKING:      # (the hybrid manager's package is imported only by runs that build one)
+    from kvsim.alloc.hybrid import GroupSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ def hybrid_groups(plan: KVCachePlan) -> list[GroupSpec] | None:
     pool of `plan.num_blocks` blocks then behaves as vLLM does."""
     if not plan.hybrid or all(g.kind in ("full", "mla") for g in plan.groups):
         return None
+    from kvsim.alloc.hybrid import GroupSpec
     return [GroupSpec("full" if g.kind == "mla" else g.kind, window=g.window or 0, chunk=g.chunk or 0)
             for g in plan.groups]
 
