@@ -5,7 +5,9 @@ Scenario: the one-hour ShareGPT-like preset at 2 req/s and the one-hour Alpaca-l
 (seed 0), OPT-13B on one A100-40GB with 12 GiB of KV, paged (block 16), each tree with its own default
 engine (issue 19: the new tree's default profile `vllm-v1`, chunked prefill and CPU time; the old commit
 had no profiles) unless `--profile` names one (`ideal`: kernels only, the old commit's engine, so both
-trees must compute the same thing). `--prefix-caching` turns prefix caching on in both trees.
+trees must compute the same thing). Prefix caching is each tree's default (the new tree's `vllm-v1`
+profile turns it on, as `kvsim run` does; a64768e had it off); `--prefix-caching` turns it on in both
+trees. (Until 2 December 2026 the default here was off in both trees: not the path `kvsim run` takes.)
 Each run is a fresh process; runs alternate old, new, old, new, ... The old tree is `git archive` of
 `--old` (default a64768e, the commit issues 7 and 19 measured against) unpacked under /tmp if missing.
 Each run prints a digest of its per-request times and per-step memory, and the table says whether both
@@ -50,7 +52,7 @@ import dataclasses
 extra = ({"engine_profile": profile} if profile != "default"
          and "engine_profile" in {f.name for f in dataclasses.fields(SimConfig)} else {})
 cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb")),
-                CacheConfig(kv_gib=12, prefix_caching=prefix == "1"), **extra)
+                CacheConfig(kv_gib=12, **({"prefix_caching": True} if prefix == "1" else {})), **extra)
 r = simulate(trace, cfg)
 req, steps = r.requests, r.steps
 done = (req.status == "finished").to_numpy()
@@ -93,7 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     old = old_tree(args.old)
     print(f"old = {args.old} ({old}), new = {ROOT}; profile {args.profile}, prefix caching "
-          f"{'on' if args.prefix_caching else 'off'}; {args.repeats} paired runs, median")
+          f"{'on in both' if args.prefix_caching else 'as each tree defaults'}; {args.repeats} paired runs, median")
     print("preset | old tokens/s | new tokens/s | ratio (median of pairs) | old steps | new steps | same outputs")
     for preset in args.presets.split(","):
         olds, news = [], []
