@@ -233,3 +233,18 @@ def test_free_finished_is_free_where_blocks_are_shared_or_a_cpu_tier_keeps_hashe
         a.free_finished(1)
         assert a._cache.cached_hash(1) is not None       # registered as `free` registers it
         a.check_invariants()
+
+
+def test_admission_is_can_allocate_and_cached_tokens_at_once():
+    """4-slot blocks, 4 of them: sequence 1 (9 tokens, shareable blocks 10, 20) freed leaves blocks 0, 1
+    cached. A 13-token sequence with the same two blocks hits both (8 tokens) and needs 2 more blocks of
+    the 4 free (the 2 evictable hits count as taken): it fits; at 17 tokens it needs 5 - 2 + 2 = 5: no.
+    Without a prefix cache: 3 blocks for 9 tokens fit, 0 cached."""
+    a = PagedAllocator(num_blocks=4, block_size=4, prefix_caching=True)
+    a.allocate(1, 9, 9, block_hashes=[10, 20])
+    a.free(1)
+    assert a.admission(13, 13, [10, 20], 2) == (True, 8) == (a.can_allocate(13, 13, [10, 20], 2),
+                                                            a.cached_tokens(13, [10, 20], 2))
+    assert a.admission(17, 17, [10, 20], 2) == (False, 8) == (a.can_allocate(17, 17, [10, 20], 2),
+                                                             a.cached_tokens(17, [10, 20], 2))
+    assert PagedAllocator(num_blocks=4, block_size=4).admission(9, 9) == (True, 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
-from .prefix import chain_hashes, unique_hashes
+from .prefix import chain_hashes, unique_hash, unique_hashes
 
 
 class PagedStats:
@@ -57,12 +57,11 @@ class PagedStats:
         hashes = self._chained[1]
         max_hits = (num_tokens - 1) // self.block_size
         cache = self._cache
-        hits = cache.lookup(hashes, max_hits)
+        hits = cache.lookup(hashes, max_hits) if hashes else []
         start = len(hashes)
         if salt is not None and len(hits) == start < max_hits:   # then its own earlier blocks
-            first = unique_hashes(salt, start, start + 1)    # (usually a miss: no more hashes needed)
-            if cache.lookup(first, 1):
-                hits += cache.lookup(first + unique_hashes(salt, start + 1, max_hits), max_hits - start)
+            if cache.holds(unique_hash(salt, start)):          # (usually a miss: no list made)
+                hits += cache.lookup(unique_hashes(salt, start, max_hits), max_hits - start)
         return hashes, hits
 
     def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> tuple[int, int]:
@@ -83,6 +82,15 @@ class PagedStats:
     def take_loaded_tokens(self) -> int:
         """Tokens loaded from the CPU tier since the last call (0 without one)."""
         return self.cpu_tier.take_loaded_tokens() if self.cpu_tier is not None else 0
+
+    def admission(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
+                  seq_id: int | None = None) -> tuple[bool, int]:
+        """(`can_allocate`, `cached_tokens`) of a sequence of `num_tokens` slots, from one lookup (the
+        scheduler asks both of each request it admits)."""
+        if self._cache is None:
+            return self.can_allocate(num_tokens, final_tokens), 0
+        cached, needed = self._hits_cost(num_tokens, block_hashes, seq_id)
+        return needed <= self.num_free_blocks, cached
 
     def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
         """Leading tokens of a sequence of `num_tokens` slots the prefix cache holds now (whole

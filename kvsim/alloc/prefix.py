@@ -39,6 +39,11 @@ def unique_hashes(salt: int, start: int, stop: int) -> list[int]:
     return list(range(base - start, base - stop, -1))
 
 
+def unique_hash(salt: int, index: int) -> int:
+    """`unique_hashes(salt, index, index + 1)[0]`, without the list."""
+    return -1 - (salt << 32) - index
+
+
 def chain_hashes(block_ids: Iterable[int]) -> list[int]:
     """Chained 64-bit hashes h_k = mix(h_{k-1}, id_k) of per-block content ids (h_{-1} = 0), so
     equal chained hashes mean equal prefixes up to and including that block."""
@@ -82,6 +87,10 @@ class PrefixCache:
                 break
             hits.append(blocks if blocks.__class__ is int else next(iter(blocks)))
         return hits
+
+    def holds(self, h: int) -> bool:
+        """Whether a cached block holds chained hash `h`. Changes nothing."""
+        return h in self._blocks_of
 
     def is_evictable(self, block: int) -> bool:
         """Whether `block` is free but cached."""

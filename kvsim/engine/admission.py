@@ -1,0 +1,112 @@
+"""FCFS admission of waiting requests for continuous batching (a mixin of
+`kvsim.engine.scheduler.Scheduler`): memory for the whole sequence less its prefix-cache hits, the first
+prefill chunk, parallel samples forked from the first sequence. Plain Python, no SimPy. Units: KV slots.
+"""
+
+from __future__ import annotations
+
+from kvsim.engine.step import LIMITS, StepPlan
+
+_KV, _SEQS, _BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seqs", "token_budget"))
+
+
+class Admission:
+    """`_admit` and its helpers (`_prefill_chunk`, `_batch_fits`, `_fork_samples`, `_regrow`)."""
+
+    def _prefill_chunk(self, i: int, plan: StepPlan, budget: int) -> int:
+        chunk = min(self.prefill_left[i], budget) if self.cfg.chunked_prefill else self.prefill_left[i]
+        self.prefill_left[i] -= chunk
+        context = max(self.kv_len[i] - self.prefill_left[i], chunk)   # (n > 1 recompute: an estimate)
+        plan.prefills.append((i, chunk))
+        plan.prefill_tokens += chunk
+        plan.prefill_attn_tokens += chunk * context
+        return chunk
+
+    def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
+        """Strict FCFS: admit from the head while limits and memory allow; the head blocks the rest.
+        Memory must hold the whole sequence (prompt, or prompt + outputs to recompute) less its
+        prefix-cache hits, as vLLM's full-sequence admission check; with chunked prefill a
+        single-sequence request takes only its first chunk's blocks now."""
+        alloc, cfg = self.alloc, self.cfg
+        can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
+        take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
+        admission = getattr(alloc, "admission", None)   # (paged: `can_allocate` and `cached_tokens` at once)
+        plan.limited_by = _BUDGET           # what stops admission while requests wait
+        if self._lazy and not self.block_ids and can_hold is None and self.stride == 1:
+            return self._admit_lazy(plan, budget, now, _SEQS, _KV)
+        while self.waiting and budget > 0:
+            i = self.waiting[0]
+            need = self.prompt[i] + self.generated[i]          # recompute re-prefills its outputs
+            final = self.prompt[i] + self.output[i] - 1
+            if self.running_seqs + self.n[i] > cfg.max_num_seqs:
+                plan.limited_by = _SEQS
+                break
+            seqs = self.seq_ids(i)
+            ids = self.block_ids(i) if self.block_ids else ()
+            # diverged samples (recompute of n > 1): the prompt once, then each sample its own outputs
+            own = self.generated[i] if len(seqs) > 1 else 0
+            base = need - own
+            if admission is not None:
+                fits, hit = admission(base, final, ids, seqs[0])
+            else:
+                fits, hit = alloc.can_allocate(base, final, ids, seqs[0]), None
+            if not fits or not self._batch_fits(i):
+                plan.limited_by = _KV
+                break
+            if not self.block_ids:
+                hit = 0
+            elif hit is None:
+                hit = alloc.cached_tokens(base, ids, seqs[0])
+            compute = base - hit + own * len(seqs)
+            if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
+                break       # (a lone prefill may exceed the budget: a recomputed request can)
+            hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
+            if can_hold is not None and not can_hold(min(hold, base), base, ids, seqs[0]):
+                plan.limited_by = _KV       # (hybrid: the first chunk's blocks, hits counted, must fit too)
+                break
+            cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
+            loaded = take_loaded() if take_loaded is not None else 0    # CPU tier -> GPU over PCIe
+            plan.swap_tokens += loaded
+            if len(seqs) > 1 and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
+                plan.limited_by = _KV
+                break
+            plan.allocated.append((seqs[0], cached))
+            if len(seqs) > 1:
+                plan.forked.extend((seqs[0], s) for s in seqs[1:])
+            self.waiting.popleft()
+            self.kv_len[i], self.prefill_left[i] = need, compute
+            if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
+                self.admitted_s[i] = now
+                self.prefix_hit_tokens += cached
+                self.cpu_hit_tokens += loaded
+                self.admitted_prompt_tokens += self.prompt[i]
+            self.running.append(i)
+            self.running_seqs += self.n[i]
+            budget -= self._prefill_chunk(i, plan, budget)
+
+    def _batch_fits(self, i: int) -> bool:
+        """Whether request `i` may join the batch besides fitting now (continuous batching: always;
+        it preempts when memory runs out later)."""
+        return True
+
+    def _fork_samples(self, seqs: range) -> bool:
+        """Fork the request's other samples from its first sequence; undo all and return False when
+        one does not fit (contiguous allocators copy the whole reservation)."""
+        for k, s in enumerate(seqs[1:], start=1):
+            if not self.alloc.can_fork(seqs[0]):
+                for t in seqs[:k]:
+                    self.alloc.free(t)
+                return False
+            self.alloc.fork(seqs[0], s)
+        return True
+
+    def _regrow(self, seqs: range, tokens: int) -> bool:
+        """Give each forked sample back its own `tokens` generated slots (copy-on-write of the shared
+        partly filled prompt block); undo all and return False when they do not fit."""
+        for s in seqs:
+            if not self.alloc.can_append(s, tokens):
+                for t in seqs:
+                    self.alloc.free(t)
+                return False
+            self.alloc.append(s, tokens)
+        return True
