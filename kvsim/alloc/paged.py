@@ -270,7 +270,15 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
             for block in taken:
                 ref[block] = 1
             return list(range(top, top + fresh)) + taken if fresh else taken
-        return list(range(top, top + fresh)) + [self._take() for _ in range(rest)]
+        # every released block, then the least recently freed cached ones (`_take`'s order)
+        taken = list(range(top, top + fresh)) + list(free)
+        free.clear()
+        evict = self._cache.evict_lru
+        for _ in range(num - len(taken)):
+            taken.append(evict())
+        for block in taken[fresh:]:
+            ref[block] = 1
+        return taken
 
     def _take(self) -> int:
         """A fresh block with reference count 1: a never used one, else a released plain free one, else

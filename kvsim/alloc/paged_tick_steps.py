@@ -32,6 +32,7 @@ class PagedTickSteps:
         bs, due, nb, ticking = self.block_size, self._due, self.num_blocks, self._ticking
         cache = self._cache
         evictable = evictable_at_start = cache.num_evictable if cache is not None else 0
+        evict = cache.evict_lru if cache is not None else None
         top, free_list, ref = self._top, self._free, self._ref
         sum_reach, sum_blocks = self._sum_reach, self._sum_blocks
         start, end = self._clock, self._clock + steps
@@ -66,7 +67,7 @@ class PagedTickSteps:
                     ref[block] = 1
                     table.append(block)
                 elif evictable:                     # the least recently freed cached block
-                    block = cache.evict_lru()
+                    block = evict()
                     evictable -= 1
                     evicted += 1
                     ref[block] = 1
