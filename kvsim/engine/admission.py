@@ -34,55 +34,63 @@ class Admission:
         plan.limited_by = _BUDGET           # what stops admission while requests wait
         if self._lazy and not self.block_ids and can_hold is None and self.stride == 1:
             return self._admit_lazy(plan, budget, now, _SEQS, _KV)
-        while self.waiting and budget > 0:
-            i = self.waiting[0]
-            need = self.prompt[i] + self.generated[i]          # recompute re-prefills its outputs
-            final = self.prompt[i] + self.output[i] - 1
-            if self.running_seqs + self.n[i] > cfg.max_num_seqs:
+        prompt, generated, output, n, waiting = self.prompt, self.generated, self.output, self.n, self.waiting
+        block_ids, max_seqs, chunked = self.block_ids, cfg.max_num_seqs, cfg.chunked_prefill
+        while waiting and budget > 0:
+            i = waiting[0]
+            need = prompt[i] + generated[i]           # recompute re-prefills its outputs
+            final = prompt[i] + output[i] - 1
+            if self.running_seqs + n[i] > max_seqs:
                 plan.limited_by = _SEQS
                 break
             seqs = self.seq_ids(i)
-            ids = self.block_ids(i) if self.block_ids else ()
+            first, many = seqs[0], len(seqs) > 1
+            ids = block_ids(i) if block_ids else ()
             # diverged samples (recompute of n > 1): the prompt once, then each sample its own outputs
-            own = self.generated[i] if len(seqs) > 1 else 0
+            own = generated[i] if many else 0
             base = need - own
             if admission is not None:
-                fits, hit = admission(base, final, ids, seqs[0])
+                fits, hit = admission(base, final, ids, first)
             else:
-                fits, hit = alloc.can_allocate(base, final, ids, seqs[0]), None
+                fits, hit = alloc.can_allocate(base, final, ids, first), None
             if not fits or not self._batch_fits(i):
                 plan.limited_by = _KV
                 break
-            if not self.block_ids:
+            if not block_ids:
                 hit = 0
             elif hit is None:
-                hit = alloc.cached_tokens(base, ids, seqs[0])
+                hit = alloc.cached_tokens(base, ids, first)
             compute = base - hit + own * len(seqs)
-            if not cfg.chunked_prefill and compute > budget and (plan.prefills or plan.decodes):
+            if not chunked and compute > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
-            hold = need if len(seqs) > 1 or not cfg.chunked_prefill else need - compute + min(compute, budget)
-            if can_hold is not None and not can_hold(min(hold, base), base, ids, seqs[0]):
+            hold = need if many or not chunked else need - compute + min(compute, budget)
+            if can_hold is not None and not can_hold(min(hold, base), base, ids, first):
                 plan.limited_by = _KV       # (hybrid: the first chunk's blocks, hits counted, must fit too)
                 break
-            cached = alloc.allocate(seqs[0], base, final, ids, min(hold, base))
+            cached = alloc.allocate(first, base, final, ids, min(hold, base))
             loaded = take_loaded() if take_loaded is not None else 0    # CPU tier -> GPU over PCIe
             plan.swap_tokens += loaded
-            if len(seqs) > 1 and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
+            if many and (not self._fork_samples(seqs) or (own and not self._regrow(seqs, own))):
                 plan.limited_by = _KV
                 break
-            plan.allocated.append((seqs[0], cached))
-            if len(seqs) > 1:
-                plan.forked.extend((seqs[0], s) for s in seqs[1:])
-            self.waiting.popleft()
-            self.kv_len[i], self.prefill_left[i] = need, compute
+            plan.allocated.append((first, cached))
+            if many:
+                plan.forked.extend((first, s) for s in seqs[1:])
+            waiting.popleft()
+            self.kv_len[i] = need
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
                 self.prefix_hit_tokens += cached
                 self.cpu_hit_tokens += loaded
-                self.admitted_prompt_tokens += self.prompt[i]
+                self.admitted_prompt_tokens += prompt[i]
             self.running.append(i)
-            self.running_seqs += self.n[i]
-            budget -= self._prefill_chunk(i, plan, budget)
+            self.running_seqs += n[i]
+            chunk = compute if not chunked or compute <= budget else budget     # (`_prefill_chunk`, inlined)
+            self.prefill_left[i] = compute - chunk
+            plan.prefills.append((i, chunk))
+            plan.prefill_tokens += chunk
+            plan.prefill_attn_tokens += chunk * max(need - compute + chunk, chunk)
+            budget -= chunk
 
     def _batch_fits(self, i: int) -> bool:
         """Whether request `i` may join the batch besides fitting now (continuous batching: always;
