@@ -80,8 +80,8 @@ class MemoryTable:
         return f"MemoryTable({list(self)!r})"
 
 
-#: Windows of this many steps or more get one `MemoryTable` from `filling_snapshots` (as
-#: `paged_tick_steps.TABLE_MIN_STEPS`: numpy's fixed cost is about a hundred named tuples').
+#: Windows of this many steps or more get one `MemoryTable` from `filling_snapshots` (numpy's fixed
+#: cost per window is about a hundred named tuples', timed with timeit when paged windows made them too).
 FILL_TABLE_MIN_STEPS = 16
 
 
