@@ -124,6 +124,16 @@ def with_groups(stats: MemoryStats, parts: Sequence[Sequence[int]]) -> tuple:
     return grouped_record(len(parts))._make((*stats, *chain.from_iterable(parts)))
 
 
+class JoinsEach:
+    """`tick_join_many` for an allocator whose sequences start ticking one by one (contiguous, hybrid;
+    the paged allocator files a step's joins in one pass)."""
+
+    def tick_join_many(self, seq_ids) -> None:
+        """`tick_join` of each of `seq_ids`, in that order."""
+        for seq_id in seq_ids:
+            self.tick_join(seq_id)
+
+
 class Allocator(Protocol):
     """What an allocator's user (the scheduler; tests and checks) calls. Only the scheduler calls an
     allocator during a run; the engine, metrics and the GPU harness ask the scheduler."""

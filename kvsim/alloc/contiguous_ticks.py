@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats, filling_snapshots
+from .base import AllocationError, JoinsEach, MemoryStats, filling_snapshots
 
 
-class ContiguousTicks:
+class ContiguousTicks(JoinsEach):
     """Ticks of `ContiguousAllocator` (see the module docstring)."""
 
     def _init_ticks(self) -> None:
@@ -39,11 +39,6 @@ class ContiguousTicks:
         if self._final[seq_id] > self._extent[seq_id][1]:
             raise AllocationError(f"sequence {seq_id} cannot tick: its final length passes its reservation")
         self._at[seq_id] = self._clock
-
-    def tick_join_many(self, seq_ids) -> None:
-        """`tick_join` of each of `seq_ids`, in that order."""
-        for seq_id in seq_ids:
-            self.tick_join(seq_id)
 
     def _sync(self, seq_id: int) -> None:
         """Bring ticking `seq_id`'s written slots up to the clock."""

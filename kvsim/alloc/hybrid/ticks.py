@@ -20,11 +20,11 @@ parked, then, as the per-sequence path parks it), and the cache shows the same c
 
 from __future__ import annotations
 
-from ..base import AllocationError, MemoryStats
+from ..base import AllocationError, JoinsEach, MemoryStats
 from .groups import NEVER, NULL_BLOCK
 
 
-class HybridTicks:
+class HybridTicks(JoinsEach):
     """`can_tick`, `tick_join`, `tick`, `tick_window` and `tick_steps` of `HybridAllocator`."""
 
     can_tick = True
@@ -84,11 +84,6 @@ class HybridTicks:
             self._register(seq)
             self._set_event(seq)              # (ticking: filling a block is no event)
         self._file(seq, self._clock)
-
-    def tick_join_many(self, seq_ids) -> None:
-        """`tick_join` of each of `seq_ids`, in that order."""
-        for seq_id in seq_ids:
-            self.tick_join(seq_id)
 
     def tick(self, copies: list | None = None) -> bool:
         """One token for every ticking sequence; those at an event grow as `append_each` grows them, in
