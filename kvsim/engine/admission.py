@@ -77,7 +77,7 @@ class Admission:
             if many:
                 plan.forked.extend((first, s) for s in seqs[1:])
             waiting.popleft()
-            self.kv_len[i] = need
+            self.kv_len[i], self.prefill_left[i] = need, compute
             if self.admitted_s[i] != self.admitted_s[i]:  # NaN: first admission
                 self.admitted_s[i] = now
                 self.prefix_hit_tokens += cached
@@ -85,12 +85,7 @@ class Admission:
                 self.admitted_prompt_tokens += prompt[i]
             self.running.append(i)
             self.running_seqs += n[i]
-            chunk = compute if not chunked or compute <= budget else budget     # (`_prefill_chunk`, inlined)
-            self.prefill_left[i] = compute - chunk
-            plan.prefills.append((i, chunk))
-            plan.prefill_tokens += chunk
-            plan.prefill_attn_tokens += chunk * max(need - compute + chunk, chunk)
-            budget -= chunk
+            budget -= self._prefill_chunk(i, plan, budget)
 
     def _batch_fits(self, i: int) -> bool:
         """Whether request `i` may join the batch besides fitting now (continuous batching: always;
