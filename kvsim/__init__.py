@@ -52,7 +52,7 @@ _EXPORTS = {
     "parse_slo": ("kvsim.planning.rate", "parse_slo"),
     "max_rate": ("kvsim.planning.rate", "max_rate"),
     "RateResult": ("kvsim.planning.rate", "RateResult"),
-    "gpus_for_rate": ("kvsim.planning.rate", "gpus_for_rate"),
+    "gpus_for_rate": ("kvsim.planning.rate_gpus", "gpus_for_rate"),
     "gpus_for_fleet": ("kvsim.planning.fleet_capacity", "gpus_for_fleet"),
     "simulate_fleet": ("kvsim.fleet.sim", "simulate_fleet"),
     "FleetConfig": ("kvsim.fleet.config", "FleetConfig"),

@@ -102,3 +102,32 @@ def test_lazy_command_runs_and_reports_bad_input():
     result = CliRunner().invoke(kvsim.cli.app.app, ["trace", "stats", "no-such-file.jsonl"])
     assert result.exit_code == 2
     assert "no-such-file.jsonl" in result.output and "Traceback" not in result.output
+
+
+def test_a_rate_search_loads_no_pandas_and_writes_what_pandas_would(tmp_path):
+    """`kvsim capacity --slo` prints and writes its rows without pandas (with pyarrow, about 0.4 s of a
+    2 s search); its JSON's static table and curve are the records pandas makes of the same rows
+    (`kvsim.static_capacity`, `RateResult.curve`), run times aside."""
+    import pandas as pd
+
+    import kvsim
+
+    code = ("import sys\nfrom kvsim.cli.entry import main\nsys.argv = sys.argv[:1] + sys.argv[2:]\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    print(exc.code, file=sys.stderr)\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    out = tmp_path / "c.json"
+    args = dict(preset="alpaca", duration_s=30.0, rel_tol=0.2, workers=1, kv_gib=1.0)   # floats, as typer gives
+    run = subprocess.run([sys.executable, "-c", code, "kvsim", "capacity", "--kv-gib", "1", "--preset", "alpaca",
+                          "--duration", "30", "--rel-tol", "0.2", "--slo", "ttft_p99=1", "--workers", "1",
+                          "--json", str(out)], cwd=ROOT, text=True, capture_output=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    loaded = run.stdout.strip().splitlines()[-1]
+    assert "'rich'" in loaded and "pandas" not in loaded, run.stderr
+    got = json.loads(out.read_text())
+    static = kvsim.static_capacity(lengths="alpaca", kv_gib=1.0).to_dict("records")
+    assert json.dumps(got["static"]) == json.dumps(static)
+    res = kvsim.max_rate({"ttft_p99": 1}, **args)
+    curve = pd.DataFrame(res.rows).drop(columns=["wall_s", "sim_wall_s"]).to_dict("records")
+    assert json.dumps([{k: v for k, v in r.items() if k not in ("wall_s", "sim_wall_s")}
+                       for r in got["rate"]["curve"]]) == json.dumps(curve)
+    assert got["rate"]["rate_rps"] == res.rate_rps and len(curve) >= 3

@@ -4,11 +4,11 @@ one replica's, quantization configs, and a request of exactly --max-model-len to
 
 import json
 
-import pandas as pd
 import pytest
 
 import kvsim
 from kvsim.planning import rate as rt
+from kvsim.planning import rate_gpus
 from kvsim.planning.ledger import ledger_lines, memory_ledger
 from kvsim.planning.runs import make_config
 from kvsim.specs import GIB
@@ -64,9 +64,9 @@ def test_replicas_round_up(monkeypatch, rate, replicas):
     """One TP-1 replica serves 1 req/s under the SLO: 2 req/s take 2 replicas, 2.5 take 3 (never 2.5
     rounded down), 0.4 one, 3.01 four."""
     def one_per_s(slo, cfg, **kw):
-        return rt.RateResult(1.0, dict(slo), pd.DataFrame(), "kv_memory")
-    monkeypatch.setattr(rt, "max_rate", one_per_s)
-    df = rt.gpus_for_rate(rate, {"ttft_p99": 2}, tp_options=[1], model="opt-13b", gpu="a100-40gb")
+        return rt.RateResult(1.0, dict(slo), [], "kv_memory")
+    monkeypatch.setattr(rate_gpus, "max_rate", one_per_s)
+    df = rate_gpus.gpus_for_rate(rate, {"ttft_p99": 2}, tp_options=[1], model="opt-13b", gpu="a100-40gb")
     assert df.replicas.tolist() == [replicas] and df.gpus.tolist() == [replicas]
 
 

@@ -106,6 +106,7 @@ def capacity(
     from kvsim.cli.output import console
     from kvsim.planning import capacity as cap
     from kvsim.planning import rate as rt
+    from kvsim.planning.records import records
 
     with _user_errors():
         if trace is not None and preset is not None:
@@ -148,8 +149,8 @@ def capacity(
             from kvsim.trace.formats import load_trace
             tr = load_trace(trace)
         lengths = tr if tr is not None else (preset or "sharegpt")
-        static = cap.static_capacity(lengths=lengths, seed=seed, **flags)
-        out = {"static": static.to_dict("records")}
+        static = records(cap.static_capacity_rows(lengths=lengths, seed=seed, **flags))
+        out = {"static": static}
         _print_static(console, static, lengths if isinstance(lengths, str) else trace.name)
         from kvsim.cli.output import print_hybrid_startup
         from kvsim.planning.ledger import ledger_lines, memory_ledger
@@ -168,7 +169,7 @@ def capacity(
                               progress=lambda msg: print(msg, file=sys.stderr, flush=True), **flags)
             _print_rate(console, res)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
-                           "curve": res.curve.to_dict("records")}
+                           "curve": records(res.rows)}
         if gpus_for is not None and router is not None:      # fleets simulated (kvsim/planning/fleet_capacity.py)
             from kvsim.cli.fleet import print_fleet_gpus
             from kvsim.planning.fleet_capacity import gpus_for_fleet
@@ -179,7 +180,8 @@ def capacity(
             out["gpus"] = df.to_dict("records")
         elif gpus_for is not None:
             gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
-            df = rt.gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
+            from kvsim.planning.rate_gpus import gpus_for_rate
+            df = gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
                                   preset=preset or "sharegpt", duration_s=duration, seed=seed,
                                   rel_tol=rel_tol, max_runs=max_runs, workers=workers, **gflags)
             _print_gpus(console, df, gpus_for)
@@ -213,14 +215,14 @@ def _smallest_tp(flags: dict, options: list[int]) -> int:
     raise first if first else ValueError("--tp-options lists no TP degree")
 
 
-def _print_static(console, df, source: str) -> None:
+def _print_static(console, rows: list[dict], source: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"KV capacity (lengths: {source})")
-    for col in ("allocator", "KV tokens", "blocks", f"conc. at {df.max_model_len.iloc[0]} tok",
+    for col in ("allocator", "KV tokens", "blocks", f"conc. at {rows[0]['max_model_len']} tok",
                 "mean slots/req", "max conc.", "x max"):
         t.add_column(col, justify="right")
-    for r in df.to_dict("records"):
+    for r in rows:
         extra = (f"{r['mean_slots_per_request']:,.1f}", f"{r['max_concurrency']:,.1f}",
                  f"{r['ratio_to_max']:.2f}") if "max_concurrency" in r else ("-", "-", "-")
         t.add_row(r["allocator"], f"{r['capacity_tokens']:,}", f"{r['num_blocks']:,}",
@@ -241,7 +243,8 @@ def _print_rate(console, res) -> None:
     for col in cols:
         t.add_column(col, justify="right")
     from kvsim.planning.rate import limiting_factor
-    for r in res.curve.to_dict("records"):
+    from kvsim.planning.records import records
+    for r in records(res.rows):
         vals = [slo_value(r, m) for m in res.slo]
         norm = r.get("normalized_latency_s_per_token")
         stop = r.get("stopped_early_s")

@@ -13,14 +13,17 @@ reservations are placed whole; a buddy placement rounds each one up to a power o
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from kvsim.engine.config import SimConfig
 from kvsim.planning.runs import capacity_tokens, make_config
 from kvsim.trace.table import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 
@@ -112,6 +115,17 @@ def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | N
     >>> round(df.loc["paged", "ratio_to_max"]), round(df.loc["contiguous-oracle", "max_concurrency"])
     (27, 141)
     """
+    import pandas as pd
+
+    return pd.DataFrame(static_capacity_rows(config, lengths=lengths, num_samples=num_samples, trials=trials,
+                                             seed=seed, **flags))
+
+
+def static_capacity_rows(config: SimConfig | None = None, *, lengths: Trace | str | None = "sharegpt",
+                         num_samples: int = NUM_SAMPLES, trials: int = TRIALS, seed: int = 0,
+                         **flags: Any) -> list[dict]:
+    """`static_capacity`'s rows, one dict per allocator with Python numbers, without pandas (for
+    `kvsim capacity`, which only prints and writes them)."""
     from kvsim.engine.config import kv_cache_plan
 
     cfg = make_config(config, **flags)
@@ -147,7 +161,9 @@ def static_capacity(config: SimConfig | None = None, *, lengths: Trace | str | N
             row["mean_slots_per_request"] = float(slots.mean())
             row["max_concurrency"] = fill_concurrency(cfg, name, p, final, max_len, trials)
         rows.append(row)
-    df = pd.DataFrame(rows)
     if sample is not None:
-        df["ratio_to_max"] = df.max_concurrency / df.max_concurrency[df.allocator == "contiguous-max"].iloc[0]
-    return df
+        base = next(row["max_concurrency"] for row in rows if row["allocator"] == "contiguous-max")
+        for row in rows:                          # as numpy divides: x / 0 is inf, 0 / 0 NaN
+            x = row["max_concurrency"]
+            row["ratio_to_max"] = x / base if base else (math.inf if x else math.nan)
+    return rows

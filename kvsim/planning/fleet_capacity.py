@@ -1,6 +1,6 @@
 """GPUs for a request rate by simulating whole fleets (`gpus_for_fleet`): for each tensor-parallel
 degree, the fewest replicas whose fleet, behind the chosen router, serves the workload at that rate
-within the SLO; not one replica's best rate divided into the target (`kvsim.planning.rate.gpus_for_rate`,
+within the SLO; not one replica's best rate divided into the target (`kvsim.planning.rate_gpus.gpus_for_rate`,
 which assumes perfect balance and the same prefix-cache hits on every replica).
 
 Each replica count tried is one fleet simulation (kvsim/fleet/sim.py) of the same trace: the counts

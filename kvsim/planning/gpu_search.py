@@ -1,4 +1,4 @@
-"""The steps GPU searches share (`kvsim.planning.rate.gpus_for_rate`, one replica's rate divided into
+"""The steps GPU searches share (`kvsim.planning.rate_gpus.gpus_for_rate`, one replica's rate divided into
 the target; `kvsim.planning.fleet_capacity`, fleets simulated): the base configuration, and each TP
 degree's configuration or the reason it is skipped."""
 

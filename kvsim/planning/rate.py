@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from kvsim.engine.config import SimConfig
 from kvsim.planning.rate_runs import BASE_BLOCK, base_trace as _base_trace  # noqa: F401 (re-exported)
-from kvsim.planning.gpu_search import gpu_search_config, tp_config
 from kvsim.planning.runs import make_config
 from kvsim.trace.table import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
 SLO_METRICS = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99", "mean")) + (
@@ -102,15 +102,23 @@ def limiting_factor(row: Mapping[str, Any]) -> str:
 
 @dataclass
 class RateResult:
-    """`rate_rps`: the highest rate tried that meets `slo`; `curve`: one row per rate tried (sorted,
-    with `meets_slo`); `limited_by`: what limited the first failing rate, the knee (`knee`: its row)."""
+    """`rate_rps`: the highest rate tried that meets `slo`; `rows`: one run row per rate tried (sorted,
+    with `meets_slo`), `curve` the same as a DataFrame; `limited_by`: what limited the first failing
+    rate, the knee (`knee`: its row)."""
 
     rate_rps: float
     slo: dict[str, float]
-    curve: pd.DataFrame
+    rows: list[dict]
     limited_by: str
     knee: dict = field(default_factory=dict)
     ceiling_rps: float = math.inf          # the serving ceiling the search stayed under (req/s)
+
+    @property
+    def curve(self) -> pd.DataFrame:
+        """`rows` as a DataFrame (pandas is imported here, not by the search)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
 
 
 def _evaluate(rates: list[float], cfg: SimConfig, workload: dict, trace: Trace | None,
@@ -208,7 +216,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     if lo is None:
         first = tried[min(tried)]
         got = ", ".join(f"{m} = {_fmt(slo_value(first, m))}" for m in slo)
-        raise ValueError(f"no rate meets the SLO {_slo_text(slo)}: the lowest rate tried, {min(tried):.3g} req/s, "
+        raise ValueError(f"no rate meets the SLO {slo_text(slo)}: the lowest rate tried, {min(tried):.3g} req/s, "
                          f"gives {got}" + (f" ({first['error']})" if first.get("error") else ""))
     while hi is not None and not done(lo, hi, rel_tol) and len(tried) < max_runs:
         k = max(1, min(workers, max_runs - len(tried)))
@@ -216,7 +224,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
             [lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
         hi = min(r for r in tried if not ok(r))          # conservative when noise makes the curve
         lo = max(r for r in tried if r < hi and ok(r))   # non-monotone: below the lowest failure
-    curve = pd.DataFrame([tried[r] for r in sorted(tried)])
+    curve = [tried[r] for r in sorted(tried)]
     knee = {} if hi is None else tried[hi]
     if knee:
         limited = limiting_factor(knee)
@@ -252,48 +260,6 @@ def _fmt(v: float | None) -> str:
     return "no finished request" if v is None else f"{v:.3g}"
 
 
-def _slo_text(slo: Mapping[str, float]) -> str:
+def slo_text(slo: Mapping[str, float]) -> str:
+    """An SLO as text: `ttft_p99 <= 2, tpot_p50 <= 0.05`."""
     return ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
-
-
-def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None,
-                  *, tp_options: Sequence[int] = (1, 2, 4, 8), trace: Trace | str | None = None,
-                  preset: str | None = "sharegpt", duration_s: float = 600.0, seed: int = 0,
-                  rel_tol: float = 0.05, max_runs: int = 12, workers: int = 1, **flags: Any) -> pd.DataFrame:
-    """For each tensor-parallel degree: whether the weights fit, the highest rate one replica serves
-    under `slo` (capped at `rate_rps`), the replicas needed for `rate_rps` (Poisson traffic split evenly)
-    and the GPUs in all; `best` marks the fewest GPUs (ties: the smaller TP). KV memory comes from
-    `gpu_mem_util` on each GPU (a fixed `kv_gib`/`num_blocks` would not scale with TP).
-
-    >>> import kvsim
-    >>> kvsim.gpus_for_rate(4.0, {"ttft_p99": 2}, model="opt-13b", preset="alpaca",
-    ...                     duration_s=60)  # doctest: +SKIP
-    """
-    cfg = gpu_search_config(rate_rps, config, flags)
-    slo = parse_slo(slo)
-    rows, best = [], None
-    for tp in sorted(set(tp_options)):
-        row: dict[str, Any] = {"tp": tp, "fits": False, "max_rate_rps": None, "replicas": None, "gpus": None,
-                               "limited_by": "", "note": ""}
-        rows.append(row)
-        c = tp_config(cfg, tp, best, row)
-        if c is None:
-            continue
-        try:
-            res = max_rate(slo, c, trace=trace, preset=preset, duration_s=duration_s, seed=seed,
-                           lo_rps=rate_rps, hi_rps=rate_rps, rel_tol=rel_tol, max_runs=max_runs,
-                           workers=workers)
-        except ValueError as exc:
-            row["note"] = str(exc)
-            continue
-        replicas = math.ceil(rate_rps / res.rate_rps - 1e-9)
-        row.update(max_rate_rps=res.rate_rps, replicas=replicas, gpus=tp * replicas,
-                   limited_by=res.limited_by if replicas > 1 else "")
-        best = min(best or math.inf, tp * replicas)
-    df = pd.DataFrame(rows)
-    if best is None:
-        raise ValueError(f"no tensor-parallel degree in {list(tp_options)} serves any rate under the SLO "
-                         f"{_slo_text(slo)}: " + "; ".join(f"tp {r['tp']}: {r['note']}" for r in rows))
-    df["best"] = df.gpus == best
-    df.loc[df.best, "best"] = df[df.best].index == df[df.best].index.min()
-    return df

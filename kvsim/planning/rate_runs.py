@@ -19,12 +19,13 @@ _CACHE_MAX = 256
 
 def run_rate(point: Mapping[str, Any], trace: Trace | None, config: SimConfig,
              slo: Mapping[str, float]) -> dict[str, Any]:
-    """One rate's run (`point`: the workload keys of `kvsim.planning.sweep.workload`) -> its row; an
+    """One rate's run (`point`: the workload keys of `kvsim.planning.sweep_point.workload`) -> its row; an
     error is recorded in the row (`status="error"`), as a sweep does."""
     from kvsim.engine.sim import simulate
     from kvsim.planning.rate_bounds import SloWatch
     from kvsim.planning.runs import config_row, summary_row
-    from kvsim.planning.sweep import run_id, workload
+    from kvsim.planning.sweep_grid import run_id
+    from kvsim.planning.sweep_point import workload
 
     start = time.perf_counter()
     row: dict[str, Any] = {"run_id": run_id(point), **point}
