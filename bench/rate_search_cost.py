@@ -5,7 +5,10 @@ Scenario: `kvsim capacity --preset sharegpt --duration 1800 --kv-gib 12 --slo tt
 (one worker), then `kvsim trace gen` of the same preset at the rate found and `kvsim run` of it
 (default flags but --kv-gib 12). Wall and CPU seconds (user + system: steadier than wall on a shared,
 loaded machine) of each process. The old tree is `git archive` of `--old` (default a472e18, main before issue 19) unpacked
-under /tmp. Runs alternate old, new; medians of `--repeats`.
+under /tmp. Both trees run with their bytecode cached, as an installed package would (this machine sets
+PYTHONDONTWRITEBYTECODE, so an unpacked tree would otherwise compile every module in every process):
+`PYTHONPYCACHEPREFIX` is a scratch folder, and one untimed search and run of each tree writes it. Runs
+alternate old, new; medians of `--repeats`.
 
 Run: python bench/rate_search_cost.py [--old a472e18] [--repeats 1] [--duration 1800] [--slo ttft_p99=2]
 """
@@ -28,9 +31,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from speed_vs_old import old_tree  # noqa: E402
 
 
+#: The processes' environment (main sets the bytecode cache).
+ENV = dict(os.environ)
+
+
 def _cli(tree: Path, *args: str) -> tuple[float, float]:
     """Wall and CPU seconds (user + system) of one `kvsim` process of `tree`."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**ENV, "PYTHONPATH": str(tree)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", _app(tree), *args], env=env, cwd=tree, check=True, text=True,
@@ -69,6 +76,10 @@ def main() -> None:
     print("tree | rate found (req/s) | search wall (s) | one run at that rate (s) | search / run | "
           "search CPU (s) | run CPU (s) | CPU search / run")
     with tempfile.TemporaryDirectory() as d:
+        ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        ENV["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
+        for tree in (old, ROOT):                 # warm-up: writes each tree's bytecode, untimed
+            one(tree, args.duration, args.slo, Path(d))
         res = {"old": [], "new": []}
         for _ in range(args.repeats):
             for name, tree in (("old", old), ("new", ROOT)):
@@ -76,7 +87,7 @@ def main() -> None:
         for name, rows in res.items():
             s, r = (statistics.median(x[k] for x in rows) for k in ("search_s", "run_s"))
             sc, rc = (statistics.median(x[k] for x in rows) for k in ("search_cpu", "run_cpu"))
-            print(f"{name} | {rows[0]['rate']:.4g} | {s:.1f} | {r:.1f} | {s / r:.2f}x | {sc:.1f} | {rc:.1f} | "
+            print(f"{name} | {rows[0]['rate']:.4g} | {s:.2f} | {r:.2f} | {s / r:.2f}x | {sc:.2f} | {rc:.2f} | "
                   f"{sc / rc:.2f}x", flush=True)
 
 
