@@ -235,6 +235,30 @@ def test_free_finished_is_free_where_blocks_are_shared_or_a_cpu_tier_keeps_hashe
         a.check_invariants()
 
 
+def test_own_blocks_are_named_when_freed_short_of_finishing_and_never_while_live():
+    """4-slot blocks: sequence 1, 13 tokens, one shareable block (content id 10), holds blocks [0, 1,
+    2, 3]. While it lives only block 0 is cached; its own full blocks 1, 2 are registered when it is
+    preempted (`free`), under its salt: its re-admission hits 0, 1, 2 (12 tokens, at most (13 - 1) // 4
+    blocks). A fork's preemption names its own blocks only (its parent's full blocks are the parent's)."""
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    a.allocate(1, 13, 13, block_hashes=[10])
+    assert [a._cache.cached_hash(b) is not None for b in range(4)] == [True, False, False, False]
+    a.free(1)                                           # preempted: tail first, 3 to the free list
+    assert [a._cache.cached_hash(b) for b in (1, 2)] == [-1 - (1 << 32) - 1, -1 - (1 << 32) - 2]
+    assert a._cache.evictable_blocks() == [2, 1, 0] and list(a._free) == [3]
+    assert a.admission(13, 13, [10], 1) == (True, 12) and a.allocate(1, 13, 13, [10]) == 12
+    assert a.block_table(1) == [0, 1, 2, 4]             # hits 0, 1, 2; never used block 4 for the rest
+    a.check_invariants()
+    a.fork(1, 2)                                        # sequence 2 shares 0, 1, 2 full and 4 (1 slot)
+    a.append(2, 4)                                      # copy-on-write of block 4, then a block of its own
+    assert a.block_table(2) == [0, 1, 2, 5, 6]
+    a.free(2)                                           # its own full block 5 (index 3) named by its salt
+    assert a._cache.cached_hash(5) == -1 - (2 << 32) - 3 and a._cache.cached_hash(4) is None
+    assert [a._cache.cached_hash(b) for b in (0, 1, 2)] == [a._cache.cached_hash(0), -1 - (1 << 32) - 1,
+                                                            -1 - (1 << 32) - 2]
+    a.check_invariants()
+
+
 def test_admission_is_can_allocate_and_cached_tokens_at_once():
     """4-slot blocks, 4 of them: sequence 1 (9 tokens, shareable blocks 10, 20) freed leaves blocks 0, 1
     cached. A 13-token sequence with the same two blocks hits both (8 tokens) and needs 2 more blocks of

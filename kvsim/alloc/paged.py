@@ -42,7 +42,11 @@ from .prefix import PrefixCache
 class _Seq:
     """A live sequence's mutable state: its block table, slots written, peak slots (>= tokens), the
     chained hashes of its shareable leading blocks (prefix caching only; never mutated, so forks share
-    it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`). A ticking
+    it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`). Its own blocks from
+    index `own` on (past its shareable blocks, its prefix-cache hits and, for a fork, its parent's
+    full blocks) are registered only when it is freed (`PagedAllocator.free`): their hashes are salted
+    by its id, so only its own re-admission could look them up, and it cannot be admitted while it
+    lives; a sequence done for good never registers them (`free_finished`). A ticking
     sequence (`paged_window.PagedTicks`) holds `tokens` as of the allocator's clock `at` (-1: not
     ticking) and takes its next block at the tick `due` (at + blocks x block_size - tokens; -1: not
     ticking); `key` is its place in the order they started ticking."""
@@ -55,6 +59,7 @@ class _Seq:
     at: int = -1
     key: int = 0
     due: int = -1
+    own: int = 0
 
 
 class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTickSteps):
@@ -142,8 +147,9 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
             ref[block] += 1
         table = hits + self._take_many(num_new)
         final = max(final_tokens, num_tokens)
-        seq = self._seqs[seq_id] = _Seq(table, hold, final, hashes, seq_id)
-        if cache is not None:
+        own = len(hits) if len(hits) > len(hashes) else len(hashes)
+        seq = self._seqs[seq_id] = _Seq(table, hold, final, hashes, seq_id, own=own)
+        if cache is not None and len(hits) < len(hashes):
             self._register(seq, len(hits), hold // bs)
         self._sum_tokens += hold
         self._sum_reach += min(final, len(table) * bs)
@@ -167,7 +173,9 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         self._excess += num_full * self.block_size
         if num_full < len(parent.table) and ref[parent.table[-1]] == 2:
             self._shared_partial += 1
-        self._seqs[child_id] = _Seq(list(parent.table), parent.tokens, parent.final, parent.hashes, child_id)
+        own = max(len(parent.hashes), num_full)        # (blocks before: the parent's, registered by it)
+        self._seqs[child_id] = _Seq(list(parent.table), parent.tokens, parent.final, parent.hashes, child_id,
+                                    own=own)
         self._sum_tokens += parent.tokens
         self._sum_reach += min(parent.final, len(parent.table) * self.block_size)
         self._sum_blocks += len(parent.table)
@@ -183,19 +191,20 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
 
     def free(self, seq_id: int) -> None:
         """Drop `seq_id`'s references; blocks no one holds become free (cached ones evictable, the
-        sequence's last block first, so the tail of a prefix is evicted before its head)."""
+        sequence's last block first, so the tail of a prefix is evicted before its head). Its own full
+        blocks are registered first (`_Seq.own`): a preempted sequence's re-admission may hit them."""
         seq = self._seqs.pop(seq_id, None)
         if seq is None:
             raise AllocationError(f"unknown sequence id {seq_id}")
+        filled = 0                        # (a half-done tick's slot: `_served_fill`)
         if seq.at >= 0:                   # `_untick`, inlined
-            if self._cache is not None:
-                self._sync(seq)           # (registers the blocks it filled: they are parked below)
-                if self._pending is not None:
-                    self._served_fill(seq)
-            else:
-                seq.tokens += self._clock - seq.at
+            seq.tokens += self._clock - seq.at
+            if self._cache is not None and self._pending is not None:
+                filled = self._served_fill(seq)
             seq.at = seq.due = -1
             self._ticking -= 1
+        if self._cache is not None:
+            self._register_own(seq, (seq.tokens + filled) // self.block_size)
         table, ref = seq.table, self._ref
         if self._cache is None and not self._excess and not self._shared_partial:   # nothing is shared
             for block in table:
@@ -211,8 +220,8 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
     def free_finished(self, seq_id: int) -> None:
         """`free` of a sequence done for good (its request finished, or its sample ended): its id is never
         allocated again, so no lookup will ask for its own blocks' hashes (salted by its id). A ticking
-        sequence's blocks filled since it last synced are then parked nameless (`park_nameless`) rather
-        than registered first: the same evictable blocks in the same LRU order, so every count and every
+        sequence's own full blocks (`_Seq.own`) are then parked nameless (`park_nameless`) rather than
+        registered first: the same evictable blocks in the same LRU order, so every count and every
         block taken is `free`'s. Where a CPU tier keeps evicted hashes, or blocks are shared: `free`."""
         seq, cache = self._seqs.get(seq_id), self._cache
         if (seq is None or seq.at < 0 or cache is None or self.cpu_tier is not None or self._pending is not None
@@ -222,7 +231,7 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         del self._seqs[seq_id]
         bs, table, ref = self.block_size, seq.table, self._ref
         tokens = seq.tokens + self._clock - seq.at
-        first, full = seq.tokens // bs, tokens // bs      # (a ticking sequence's shareable blocks are full)
+        first, full = seq.own, tokens // bs               # (a ticking sequence's shareable blocks are full)
         seq.at = seq.due = -1
         self._ticking -= 1
         for block in table:                                # (nothing is shared: each held once)
@@ -230,7 +239,7 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         if full < len(table):
             self._free.append(table[-1])                  # the partly filled last block
         cache.park_nameless(reversed(table[first:full]))
-        for block in reversed(table[:first]):             # registered when filled
+        for block in reversed(table[:first]):             # shareable (registered when filled) and hits
             if not cache.park(block):
                 self._free.append(block)
         held = len(table) * bs

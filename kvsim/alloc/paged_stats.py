@@ -98,13 +98,21 @@ class PagedStats:
         return self._hits_cost(num_tokens, block_hashes, seq_id)[0]
 
     def _register(self, seq, start: int, stop: int) -> None:
-        """Cache `seq`'s full blocks `start..stop-1` under their hashes (shareable, then its own)."""
-        hashes, table, register = seq.hashes, seq.table, self._cache.register
-        for k in range(start, min(stop, len(hashes))):
-            register(hashes[k], table[k])
-        if stop > len(hashes):
-            first = max(start, len(hashes))
-            for k, h in enumerate(unique_hashes(seq.salt, first, stop), start=first):
+        """Cache `seq`'s full shareable blocks among `start..stop-1` under their hashes (its own blocks
+        wait for `_register_own`: `kvsim.alloc.paged._Seq.own`)."""
+        hashes = seq.hashes
+        if start < len(hashes):
+            table, register = seq.table, self._cache.register
+            for k in range(start, min(stop, len(hashes))):
+                register(hashes[k], table[k])
+
+    def _register_own(self, seq, full: int) -> None:
+        """Cache `seq`'s own full blocks `seq.own..full-1` under its salted hashes (`unique_hashes`),
+        as it is freed: blocks already cached (prefix-cache hits) keep theirs."""
+        first = seq.own
+        if full > first:
+            table, register = seq.table, self._cache.register
+            for k, h in enumerate(unique_hashes(seq.salt, first, full), start=first):
                 register(h, table[k])
 
     # ---- accounting ----------------------------------------------------------------------------

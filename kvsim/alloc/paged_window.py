@@ -128,22 +128,17 @@ class PagedTicks:
             self._joins = key
 
     def _sync(self, seq) -> None:
-        """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change), registering
-        the blocks it filled since in the prefix cache."""
-        tokens, bs = seq.tokens, self.block_size
-        grown = tokens + self._clock - seq.at
-        if self._cache is not None and grown // bs > tokens // bs:
-            self._register(seq, tokens // bs, grown // bs)
-        seq.tokens = grown
+        """Bring a ticking sequence's `tokens` up to the clock (its due tick does not change). The blocks
+        it filled since are its own (its shareable blocks were full when it joined): registered when it
+        is freed (`kvsim.alloc.paged._Seq.own`)."""
+        seq.tokens += self._clock - seq.at
         seq.at = self._clock
 
-    def _served_fill(self, seq) -> None:
+    def _served_fill(self, seq) -> int:
         """`free` of ticking `seq` while a tick is left half done (a preemption: a sample of the victim
-        may have grown before a later one found no block): if this tick grew it and so filled its last
-        block, register that block, as the per-sequence path registered it when it grew."""
-        if any(s is seq for s in self._served if s.due != self._clock):
-            bs = self.block_size
-            self._register(seq, seq.tokens // bs, (seq.tokens + 1) // bs)
+        may have grown before a later one found no block): 1 when this tick grew it (its slot counts as
+        filled: a block it filled is registered, as the per-sequence path registered it), else 0."""
+        return 1 if any(s is seq for s in self._served if s.due != self._clock) else 0
 
     def _untick(self, seq) -> None:
         """Stop a ticking sequence's growth (its stale `_due` entry is skipped when reached)."""
