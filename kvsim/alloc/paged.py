@@ -43,10 +43,8 @@ class _Seq:
     """A live sequence's mutable state: its block table, slots written, peak slots (>= tokens), the
     chained hashes of its shareable leading blocks (prefix caching only; never mutated, so forks share
     it) and the salt its other full blocks are hashed with (`prefix.unique_hashes`). Its own blocks from
-    index `own` on (past its shareable blocks, its prefix-cache hits and, for a fork, its parent's
-    full blocks) are registered only when it is freed (`PagedAllocator.free`): their hashes are salted
-    by its id, so only its own re-admission could look them up, and it cannot be admitted while it
-    lives; a sequence done for good never registers them (`free_finished`). A ticking
+    index `own` on (past its shareable blocks, hits and a fork's parent's blocks) are registered when it
+    is freed: only its own re-admission could look them up (`free`; `free_finished`: never). A ticking
     sequence (`paged_window.PagedTicks`) holds `tokens` as of the allocator's clock `at` (-1: not
     ticking) and takes its next block at the tick `due` (at + blocks x block_size - tokens; -1: not
     ticking); `key` is its place in the order they started ticking."""

@@ -11,7 +11,8 @@ _KV, _SEQS, _BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seq
 
 
 class Admission:
-    """`_admit` and its helpers (`_prefill_chunk`, `_batch_fits`, `_fork_samples`, `_regrow`)."""
+    """`_admit`, its path for one-sequence requests (`_admit_one_each`) and its helpers (`_prefill_chunk`,
+    `_batch_fits`, `_fork_samples`, `_regrow`)."""
 
     def _prefill_chunk(self, i: int, plan: StepPlan, budget: int) -> int:
         chunk = min(self.prefill_left[i], budget) if self.cfg.chunked_prefill else self.prefill_left[i]
@@ -32,8 +33,8 @@ class Admission:
         take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
         admission = getattr(alloc, "admission", None)   # (paged: `can_allocate` and `cached_tokens` at once)
         plan.limited_by = _BUDGET           # what stops admission while requests wait
-        if self._lazy and not self.block_ids and can_hold is None and self.stride == 1:
-            return self._admit_lazy(plan, budget, now, _SEQS, _KV)
+        if self._lazy and can_hold is None and self.stride == 1 and (admission is not None or not self.block_ids):
+            return self._admit_one_each(plan, budget, now)
         prompt, generated, output, n, waiting = self.prompt, self.generated, self.output, self.n, self.waiting
         block_ids, max_seqs, chunked = self.block_ids, cfg.max_num_seqs, cfg.chunked_prefill
         while waiting and budget > 0:
@@ -86,6 +87,57 @@ class Admission:
             self.running.append(i)
             self.running_seqs += n[i]
             budget -= self._prefill_chunk(i, plan, budget)
+
+    def _admit_one_each(self, plan: StepPlan, budget: int, now: float) -> None:
+        """`_admit` where every request is one sequence (id = request index) and the allocator answers
+        `admission` (paged) or no prefix cache is on: the same checks and bookkeeping, `_prefill_chunk`
+        included (a chunked prefill takes its hits and its first chunk's blocks now), in fewer steps
+        (lazy decode's fast path: kvsim/engine/lazy_decode.py)."""
+        alloc, waiting, max_seqs, chunked = self.alloc, self.waiting, self.cfg.max_num_seqs, self.cfg.chunked_prefill
+        prompt, generated, output, admitted_s = self.prompt, self.generated, self.output, self.admitted_s
+        block_ids = self.block_ids
+        admission = alloc.admission if block_ids else None
+        take_loaded = alloc.take_loaded_tokens if block_ids and alloc.cpu_tier is not None else None
+        while waiting and budget > 0:
+            i = waiting[0]
+            need = prompt[i] + generated[i]            # recompute re-prefills its outputs
+            final = prompt[i] + output[i] - 1
+            if self.running_seqs + 1 > max_seqs:
+                plan.limited_by = _SEQS
+                break
+            if admission is None:
+                ids, hit = (), 0
+                fits = alloc.can_allocate(need, final, (), i)
+            else:
+                ids = block_ids(i)
+                fits, hit = admission(need, final, ids, i)
+            if not fits or not self._batch_fits(i):
+                plan.limited_by = _KV
+                break
+            compute = need - hit
+            if chunked:
+                chunk = compute if compute <= budget else budget
+            elif compute > budget and (plan.prefills or plan.decodes):
+                break       # (a lone prefill may exceed the budget: a recomputed request can)
+            else:
+                chunk = compute
+            cached = alloc.allocate(i, need, final, ids, hit + chunk)
+            loaded = take_loaded() if take_loaded is not None else 0    # CPU tier -> GPU over PCIe
+            plan.swap_tokens += loaded
+            plan.allocated.append((i, cached))
+            waiting.popleft()
+            self.kv_len[i], self.prefill_left[i] = need, compute - chunk
+            if admitted_s[i] != admitted_s[i]:        # NaN: first admission
+                admitted_s[i] = now
+                self.prefix_hit_tokens += cached
+                self.cpu_hit_tokens += loaded
+                self.admitted_prompt_tokens += prompt[i]
+            self.running.append(i)
+            self.running_seqs += 1
+            plan.prefills.append((i, chunk))
+            plan.prefill_tokens += chunk
+            plan.prefill_attn_tokens += chunk * (hit + chunk)
+            budget -= chunk
 
     def _batch_fits(self, i: int) -> bool:
         """Whether request `i` may join the batch besides fitting now (continuous batching: always;

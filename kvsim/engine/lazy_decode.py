@@ -234,41 +234,6 @@ class LazyDecodes(LazyCappedReads):
                 self.running_seqs -= self.n[i]
         self.num_finished += len(retire)
 
-    def _admit_lazy(self, plan, budget: int, now: float, seqs_limit: int, memory_limit: int) -> None:
-        """`_admit` for one-sequence requests without a prefix cache (the same checks and bookkeeping,
-        `_prefill_chunk` included: a chunked prefill takes its first chunk's blocks now);
-        `*_limit`: the `limited_by` codes."""
-        alloc, waiting, max_seqs, chunked = self.alloc, self.waiting, self.cfg.max_num_seqs, self.cfg.chunked_prefill
-        prompt, generated, output, admitted_s = self.prompt, self.generated, self.output, self.admitted_s
-        while waiting and budget > 0:
-            i = waiting[0]
-            need = prompt[i] + generated[i]            # recompute re-prefills its outputs
-            final = prompt[i] + output[i] - 1
-            if self.running_seqs + 1 > max_seqs:
-                plan.limited_by = seqs_limit
-                break
-            if not alloc.can_allocate(need, final, (), i) or not self._batch_fits(i):
-                plan.limited_by = memory_limit
-                break
-            if chunked:
-                chunk = need if need <= budget else budget
-            elif need > budget and (plan.prefills or plan.decodes):
-                break       # (a lone prefill may exceed the budget: a recomputed request can)
-            else:
-                chunk = need
-            plan.allocated.append((i, alloc.allocate(i, need, final, (), chunk)))
-            waiting.popleft()
-            self.kv_len[i], self.prefill_left[i] = need, need - chunk
-            if admitted_s[i] != admitted_s[i]:        # NaN: first admission
-                admitted_s[i] = now
-                self.admitted_prompt_tokens += prompt[i]
-            self.running.append(i)
-            self.running_seqs += 1
-            plan.prefills.append((i, chunk))
-            plan.prefill_tokens += chunk
-            plan.prefill_attn_tokens += chunk * chunk
-            budget -= chunk
-
     # -- many steps at once ----------------------------------------------------------------------
     def _steady_lazy(self, through_end: bool = False) -> tuple[list[int], int, int] | None:
         """`steady_decodes` with members (every running request is one)."""
