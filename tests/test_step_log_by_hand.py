@@ -266,3 +266,19 @@ def test_a_tick_run_between_rows_of_tuples_is_placed_in_its_steps():
     want, got = tuples.columns(), runs.columns()
     assert {c: got[c].tolist() for c in STEP_COLUMNS} == {c: want[c].tolist() for c in STEP_COLUMNS}
     assert got["token_states"].tolist() == [8, 9, 10, 11, 4, 5, 6]
+
+
+def test_a_step_plan_makes_each_list_field_its_own_and_keeps_the_other_defaults():
+    """`StepPlan.__init__` (hand-written: made every step) gives every list field a new empty list and
+    every other field its declared default, as the dataclass's own `__init__` would."""
+    import dataclasses
+
+    a, b = StepPlan(), StepPlan(decode_seqs=3, starts=[1.0])
+    for f in dataclasses.fields(StepPlan):
+        if f.default_factory is list:
+            assert getattr(a, f.name) == [] and getattr(a, f.name) is not getattr(StepPlan(), f.name), f.name
+        else:
+            assert getattr(a, f.name) == f.default, f.name
+    assert (b.decode_seqs, b.starts, b.prefills, b.decode_context_tokens) == (3, [1.0], [], 0)
+    with pytest.raises(TypeError, match="no field 'bogus'"):
+        StepPlan(bogus=1)

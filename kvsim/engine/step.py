@@ -25,77 +25,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import accumulate
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
-class MemoryRecord(Protocol):
-    """KV memory while a step runs, as the scheduler hands it over: the engine's own view of it, so that
-    nothing here imports an allocator (the allocators' `MemoryStats` named tuple is one). Token slots;
-    the five categories sum to `capacity_tokens`; blocks in the allocator's blocks (contiguous: slots)."""
-
-    capacity_tokens: int
-    token_states: int
-    reserved: int
-    internal_fragmentation: int
-    external_fragmentation: int
-    free: int
-    used_blocks: int
-    free_blocks: int
-    unshared_blocks: int        # blocks the live sequences would hold without sharing
-    cached_blocks: int          # free blocks still holding reusable prefix-cache contents
-
+from kvsim.engine.step_plan import MemoryRecord, StepPlan  # noqa: F401 (re-exported)
 
 TIE = 1e-9      # seconds, relative to the time: a step boundary this close to an arrival is a tie
 
 
-@dataclass(slots=True)
-class StepPlan:
-    """One engine step (or a window of decode steps of the same batch: its token counts are its first
-    step's; each later step reads `decode_seqs` more context tokens). Requests are trace indices;
-    sequences and blocks are ids as the allocator knows them; memory in token slots."""
-
-    # what runs
-    prefills: list[tuple[int, int]] = field(default_factory=list)  # (request, tokens computed)
-    prefill_tokens: int = 0
-    prefill_attn_tokens: int = 0      # sum of chunk x context-after-chunk
-    decodes: list[int] = field(default_factory=list)                # requests decoding one token
-    decode_seqs: int = 0
-    decode_context_tokens: int = 0    # KV tokens the decodes read, the new ones included
-    swap_tokens: int = 0              # KV slots moved over PCIe this step (either way)
-    swap_blocks: int = 0              # contiguous pieces they move in (paged: blocks; contiguous: sequences)
-    batch_requests: int = 0           # running requests
-    # allocator calls, in order (made while scheduling, before the step's K/V writes)
-    allocated: list[tuple[int, int]] = field(default_factory=list)  # (seq, prefix-cache hit tokens)
-    forked: list[tuple[int, int]] = field(default_factory=list)     # (parent seq, child seq)
-    copies: list[tuple[int, int]] = field(default_factory=list)     # copy-on-write (src, dst) blocks
-    reforked: list[tuple[int, int]] = field(default_factory=list)   # beams: (parent seq, replaced seq)
-    copied_slots: int = 0             # KV slots the refork copied (contiguous memory; paged: 0)
-    freed: list[int] = field(default_factory=list)                  # seqs freed by preemption
-    preempted: list[int] = field(default_factory=list)              # requests
-    swapped_out: list[int] = field(default_factory=list)            # requests (of `preempted`)
-    swapped_in: list[int] = field(default_factory=list)             # requests (also in `decodes`)
-    limited_by: int = 0               # why requests still wait after it (LIMITS index; 0: none)
-    recomputed_tokens: int = 0        # computed tokens dropped by recompute preemptions this step
-    swap_fallbacks: int = 0           # swaps refused for want of CPU swap space (recomputed instead)
-    finished: list[int] = field(default_factory=list)               # retired after the step, seqs freed
-    samples_ended: list[int] = field(default_factory=list)          # seqs of samples that ended, freed
-    # time and memory: one entry per step (a window has several)
-    starts: list[float] = field(default_factory=list)               # s
-    durations: list[float] = field(default_factory=list)            # s
-    waiting: list[int] = field(default_factory=list)                # queued requests at each start
-    memory: list[MemoryRecord] = field(default_factory=list)        # while the step runs
-    compute_bound: list[bool] = field(default_factory=list)         # kernels compute- (not memory-) bound
-    tables: dict[int, list[int]] | None = None   # live seq -> block ids during the step (on request)
-    group_tables: dict[int, list[list[int]]] | None = None   # live seq -> one table per KV cache group
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.starts)
-
-    @property
-    def end_s(self) -> float:
-        """When the (last) step ends, s."""
-        return self.starts[-1] + self.durations[-1]
 
 
 #: What held waiting requests back after a step (`StepPlan.limited_by`, the summary's `limited_by`).
@@ -239,10 +175,12 @@ class Stepper:
             bound = [at_first] * k
         else:
             bound = [self._compute_bound(last, num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
-        return StepPlan(decodes=running, decode_seqs=num_seqs, decode_context_tokens=context + num_seqs,
-                        batch_requests=len(running), limited_by=last.limited_by, starts=ends[:k],
-                        durations=durations[:k], waiting=waiting[:k], memory=memory, compute_bound=bound,
-                        finished=finished)
+        plan = StepPlan()            # (its fields set directly: fewer steps than by name)
+        (plan.decodes, plan.decode_seqs, plan.decode_context_tokens, plan.batch_requests, plan.limited_by,
+         plan.starts, plan.durations, plan.waiting, plan.memory, plan.compute_bound, plan.finished) = (
+            running, num_seqs, context + num_seqs, len(running), last.limited_by, ends[:k], durations[:k],
+            waiting[:k], memory, bound, finished)
+        return plan
 
     def _after_blocked_prefill(self, last: StepPlan) -> bool:
         """Whether `last` was a prompt-only step (vLLM v0's separate prefill) whose admission stopped at
