@@ -170,7 +170,8 @@ class Stepper:
         running = list(sched.running)
         memory = sched.advance(ids, k)
         finished = sched.window_ends(ends[k])
-        at_first, at_last = (self._compute_bound(last, num_seqs, context + j * num_seqs) for j in (1, k))
+        at_first = self._compute_bound(last, num_seqs, context + num_seqs)
+        at_last = self._compute_bound(last, num_seqs, context + k * num_seqs)
         if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
             bound = [at_first] * k
         else:
