@@ -32,8 +32,6 @@ from kvsim.engine.step_plan import MemoryRecord, StepPlan  # noqa: F401 (re-expo
 TIE = 1e-9      # seconds, relative to the time: a step boundary this close to an arrival is a tie
 
 
-
-
 #: What held waiting requests back after a step (`StepPlan.limited_by`, the summary's `limited_by`).
 LIMITS = ("", "kv_memory", "max_num_seqs", "token_budget")
 #: The limits that hold the head of the queue back until memory is freed or a request ends.
