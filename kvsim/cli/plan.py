@@ -167,9 +167,10 @@ def capacity(
             res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
                               rel_tol=rel_tol, max_runs=max_runs, workers=workers,
                               progress=lambda msg: print(msg, file=sys.stderr, flush=True), **flags)
-            _print_rate(console, res)
+            curve = records(res.rows)
+            _print_rate(console, res, curve)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
-                           "curve": records(res.rows)}
+                           "curve": curve}
         if gpus_for is not None and router is not None:      # fleets simulated (kvsim/planning/fleet_capacity.py)
             from kvsim.cli.fleet import print_fleet_gpus
             from kvsim.planning.fleet_capacity import gpus_for_fleet
@@ -232,7 +233,8 @@ def _print_static(console, rows: list[dict], source: str) -> None:
                   "the first that does not fit (mean of fills).", highlight=False)
 
 
-def _print_rate(console, res) -> None:
+def _print_rate(console, res, curve: list[dict]) -> None:
+    """The latency-against-rate table of `res` from `curve` (its rows as `records` writes them)."""
     from rich.table import Table
 
     from kvsim.planning.rate import slo_value
@@ -243,8 +245,7 @@ def _print_rate(console, res) -> None:
     for col in cols:
         t.add_column(col, justify="right")
     from kvsim.planning.rate import limiting_factor
-    from kvsim.planning.records import records
-    for r in records(res.rows):
+    for r in curve:
         vals = [slo_value(r, m) for m in res.slo]
         norm = r.get("normalized_latency_s_per_token")
         stop = r.get("stopped_early_s")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from kvsim.engine.config import SimConfig
@@ -113,9 +114,9 @@ class RateResult:
     knee: dict = field(default_factory=dict)
     ceiling_rps: float = math.inf          # the serving ceiling the search stayed under (req/s)
 
-    @property
+    @cached_property
     def curve(self) -> pd.DataFrame:
-        """`rows` as a DataFrame (pandas is imported here, not by the search)."""
+        """`rows` as a DataFrame, made on first use (pandas is imported here, not by the search)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows)
@@ -224,7 +225,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
             [lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
         hi = min(r for r in tried if not ok(r))          # conservative when noise makes the curve
         lo = max(r for r in tried if r < hi and ok(r))   # non-monotone: below the lowest failure
-    curve = [tried[r] for r in sorted(tried)]
+    rows = [tried[r] for r in sorted(tried)]
     knee = {} if hi is None else tried[hi]
     if knee:
         limited = limiting_factor(knee)
@@ -233,7 +234,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
                    "(above it arrivals outrun the engine and queues grow without bound)")
     else:
         limited = "none (highest rate tried met the SLO)"
-    return RateResult(lo, slo, curve, limited, knee, ceiling)
+    return RateResult(lo, slo, rows, limited, knee, ceiling)
 
 
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
