@@ -330,3 +330,21 @@ def test_compute_bound_fixed_attention_times_only_with_attention(ideal, monkeypa
     for name, value in fixed.items():
         monkeypatch.setattr(cost, name, value)
     assert tiny_cost().compute_bound(*step) is expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefill=st.integers(0, 5000), pairs=st.integers(0, 10**8), seqs=st.integers(0, 512),
+       context=st.integers(0, 10**6), tp=st.sampled_from([1, 2, 8]), paged=st.booleans())
+def test_timed_step_is_the_sum_of_the_terms_bit_for_bit_and_the_bound(prefill, pairs, seqs, context, tp, paged):
+    """`timed_step` (the simulator's one call a step) is, bit for bit, the overhead plus each term's own
+    helper, added in the order `step_time` documents, and the same flag `compute_bound` gives."""
+    model = CostModel(Deployment(get_model("opt-13b"), get_gpu("a100-80gb"), tp), 16, paged)
+    tokens = prefill + seqs
+    by_terms = (model.step_overhead_s + model.linear_time(tokens) + model.prefill_attention_time(pairs)
+                + model.decode_attention_time(seqs, context) + model.store_kv_time(tokens)
+                + model.all_reduce_time(tokens))
+    seconds, bound = model.timed_step(prefill, pairs, seqs, context)
+    assert seconds == by_terms and model.step_time(prefill, pairs, seqs, context) == by_terms
+    assert bound is model.compute_bound(prefill, pairs, seqs, context)
+    if tokens == 0:
+        assert bound is False

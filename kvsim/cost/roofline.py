@@ -211,16 +211,30 @@ class CostModel:
                     + self.prefill_attention_time(prefill_attn_tokens)
                     + self.decode_attention_time(decode_seqs, decode_context_tokens)
                     + self.store_kv_time(tokens) + self.all_reduce_time(tokens))
-        # the same sum with the helpers inlined (the simulator's hot path; bit for bit the same)
+        return self.timed_step(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens)[0]
+
+    def timed_step(self, prefill_tokens: int, prefill_attn_tokens: int,
+                   decode_seqs: int, decode_context_tokens: int) -> tuple[float, bool]:
+        """(`step_time`, `compute_bound`) of one step (arguments as `step_time`), from one pass: the
+        simulator asks both every step. The helpers are inlined: bit for bit the same sum."""
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0 or prefill_attn_tokens < 0:
+            return (self.step_time(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens),
+                    self.compute_bound(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens))
         tiled = -(-tokens // GEMM_TILE_TOKENS) * GEMM_TILE_TOKENS
-        compute, memory = tiled * self._lin_s_per_token, self._weights_s + tokens * self._act_s_per_token
-        linear = self._lin_fixed_s + (compute if compute >= memory else memory)
+        gemm_compute, gemm_memory = tiled * self._lin_s_per_token, self._weights_s + tokens * self._act_s_per_token
+        linear = self._lin_fixed_s + (gemm_compute if gemm_compute >= gemm_memory else gemm_memory)
         prefill = self._prefill_fixed_s + prefill_attn_tokens * self._prefill_s_per_pair if prefill_attn_tokens else 0.0
         decode = (self._decode_fixed_s + decode_seqs * self._decode_s_per_seq
                   + decode_context_tokens * self._decode_s_per_token) if decode_seqs > 0 else 0.0
-        return (self.step_overhead_s + linear + prefill + decode
-                + (self._store_fixed_s + tokens * self._store_s_per_token)
-                + (self._ar_fixed_s + tokens * self._ar_s_per_token))
+        store = self._store_fixed_s + tokens * self._store_s_per_token
+        seconds = (self.step_overhead_s + linear + prefill + decode + store
+                   + (self._ar_fixed_s + tokens * self._ar_s_per_token))
+        # FLOP-bound kernel time (GEMMs on the compute side of their roofline, prefill attention) against
+        # HBM-bound time (GEMMs on the weight-reading side, decode attention, KV writes)
+        compute = (gemm_compute if gemm_compute > gemm_memory else 0.0) + prefill
+        memory = (gemm_memory if gemm_compute <= gemm_memory else 0.0) + decode + store
+        return seconds, compute > memory
 
     def decode_step_times(self, seqs: int, first_context: int, steps: int,
                           growth: int | None = None) -> list[float]:
@@ -241,21 +255,9 @@ class CostModel:
         """Whether a step (arguments as `step_time`) spends more kernel time bound by FLOPs (GEMMs on
         the compute side of their roofline, prefill attention) than by HBM traffic (GEMMs on the
         weight-reading side, decode attention, KV writes)."""
-        tokens = prefill_tokens + decode_seqs
-        if tokens <= 0:
+        if prefill_tokens + decode_seqs <= 0:
             return False
-        tiled = -(-tokens // GEMM_TILE_TOKENS) * GEMM_TILE_TOKENS
-        gemm_compute = tiled * self._lin_s_per_token
-        gemm_memory = self._weights_s + tokens * self._act_s_per_token
-        # (the helpers inlined: the simulator asks this every step)
-        prefill = (self._prefill_fixed_s + prefill_attn_tokens * self._prefill_s_per_pair
-                   if prefill_attn_tokens > 0 else 0.0)
-        decode = (self._decode_fixed_s + decode_seqs * self._decode_s_per_seq
-                  + decode_context_tokens * self._decode_s_per_token) if decode_seqs > 0 else 0.0
-        compute = (gemm_compute if gemm_compute > gemm_memory else 0.0) + prefill
-        memory = ((gemm_memory if gemm_compute <= gemm_memory else 0.0)
-                  + decode + (self._store_fixed_s + tokens * self._store_s_per_token))
-        return compute > memory
+        return self.timed_step(prefill_tokens, max(prefill_attn_tokens, 0), decode_seqs, decode_context_tokens)[1]
 
     def swap_time(self, num_tokens: int, num_blocks: int = 0) -> float:
         """Seconds to move `num_tokens` of KV (all layers) one way over PCIe in `num_blocks` contiguous

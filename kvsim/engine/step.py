@@ -55,6 +55,7 @@ class Stepper:
         # through them and the watch would look at other times (`StaticScheduler.batch_window`)
         self.cut_at_request_ends = False
         self._bound = getattr(cost, "compute_bound", None)
+        self._timed = getattr(cost, "timed_step", None)        # (both at once: the roofline's)
         # sliding / chunked layers are priced from each sequence's own context (kvsim.cost.layer_kinds)
         self._capped = getattr(cost, "capped", None) or None
         if self._capped is not None:
@@ -63,8 +64,16 @@ class Stepper:
     # -- timing: the one place a step's duration is computed -------------------------------------
     def step_seconds(self, plan: StepPlan) -> float:
         """Duration of the step `plan` describes: kernels, plus PCIe time for its swap traffic."""
-        duration = self.cost.step_time(plan.prefill_tokens, plan.prefill_attn_tokens,
-                                       plan.decode_seqs, plan.decode_context_tokens)
+        return self._timed_step(plan)[0]
+
+    def _timed_step(self, plan: StepPlan) -> tuple[float, bool]:
+        """(`step_seconds(plan)`, whether its kernels are compute-bound: False for cost models that do not
+        say), asking the cost model once where it answers both (`timed_step`)."""
+        args = plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs, plan.decode_context_tokens
+        if self._timed is not None:
+            duration, bound = self._timed(*args)
+        else:
+            duration, bound = self.cost.step_time(*args), self._bound(*args) if self._bound is not None else False
         if self._capped is not None:
             duration += self._capped.time_reads(*self.sched.step_reads(plan))
         if plan.swap_tokens:
@@ -73,7 +82,7 @@ class Stepper:
             duration += swap
         if self.cpu_seconds is not None:
             duration += self.cpu_seconds(plan.decode_seqs + len(plan.prefills))
-        return duration
+        return duration, bound
 
     def decode_seconds(self, num_seqs: int, first_context: int, steps: int,
                        contexts: Sequence[tuple[int, int]] = (), growth: int | None = None) -> list[float]:
@@ -97,15 +106,12 @@ class Stepper:
             durations = [d + cpu for d in durations]
         return durations
 
-    def _compute_bound(self, plan: StepPlan, num_seqs: int | None = None, context: int = 0) -> bool:
-        """Whether the kernels of `plan`'s step (or of a decode step of `num_seqs` sequences reading
-        `context` tokens) are compute-bound; False for cost models that do not say."""
-        if self._bound is None:
-            return False
-        if num_seqs is not None:
-            return self._bound(0, 0, num_seqs, context)
-        return self._bound(plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs,
-                           plan.decode_context_tokens)
+    def _compute_bound(self, num_seqs: int, context: int) -> bool:
+        """Whether the kernels of a decode step of `num_seqs` sequences reading `context` tokens are
+        compute-bound; False for cost models that do not say."""
+        if self._timed is not None and num_seqs > 0:
+            return self._timed(0, 0, num_seqs, context)[1]
+        return self._bound(0, 0, num_seqs, context) if self._bound is not None else False
 
     # -- one step -----------------------------------------------------------------------------
     def step(self, now: float, tables: bool = False) -> StepPlan | None:
@@ -121,12 +127,10 @@ class Stepper:
         if tables:
             plan.tables = sched.block_tables()
             plan.group_tables = sched.block_tables(groups=True)
-        duration = self.step_seconds(plan)
+        duration, bound = self._timed_step(plan)
         plan.starts.append(now)
         plan.durations.append(duration)
-        bound = self._bound           # (`_compute_bound(plan)`, inlined)
-        plan.compute_bound.append(bound(plan.prefill_tokens, plan.prefill_attn_tokens, plan.decode_seqs,
-                                        plan.decode_context_tokens) if bound is not None else False)
+        plan.compute_bound.append(bound)
         sched.finish(plan, now + duration)
         return plan
 
@@ -168,12 +172,12 @@ class Stepper:
         running = list(sched.running)
         memory = sched.advance(ids, k)
         finished = sched.window_ends(ends[k])
-        at_first = self._compute_bound(last, num_seqs, context + num_seqs)
-        at_last = self._compute_bound(last, num_seqs, context + k * num_seqs)
+        at_first = self._compute_bound(num_seqs, context + num_seqs)
+        at_last = self._compute_bound(num_seqs, context + k * num_seqs)
         if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
             bound = [at_first] * k
         else:
-            bound = [self._compute_bound(last, num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
+            bound = [self._compute_bound(num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
         plan = StepPlan()            # (its fields set directly: fewer steps than by name)
         (plan.decodes, plan.decode_seqs, plan.decode_context_tokens, plan.batch_requests, plan.limited_by,
          plan.starts, plan.durations, plan.waiting, plan.memory, plan.compute_bound, plan.finished) = (
