@@ -86,7 +86,7 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         self._excess = 0
         self._shared_partial = 0
         self._chained: tuple[object, list[int]] = ((), [])   # last content ids -> their chained hashes
-        self._clock, self._ticking, self._joins, self._pending = 0, 0, 0, None   # PagedTicks
+        self._clock, self._ticking, self._joins, self._pending, self._resume = 0, 0, 0, None, 0   # PagedTicks
         self._due: dict[int, list[_Seq]] = {}
     # ---- allocate / fork / free ----------------------------------------------------------------
 

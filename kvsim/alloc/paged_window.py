@@ -138,7 +138,7 @@ class PagedTicks:
         """`free` of ticking `seq` while a tick is left half done (a preemption: a sample of the victim
         may have grown before a later one found no block): 1 when this tick grew it (its slot counts as
         filled: a block it filled is registered, as the per-sequence path registered it), else 0."""
-        return 1 if any(s is seq for s in self._served if s.due != self._clock) else 0
+        return 1 if any(s is seq for s in self._pending[:self._resume] if s.due != self._clock) else 0
 
     def _untick(self, seq) -> None:
         """Stop a ticking sequence's growth (its stale `_due` entry is skipped when reached)."""
@@ -158,7 +158,7 @@ class PagedTicks:
         key order; the (src, dst) pairs added to `copies`, as `append_each` adds them). False when one
         found no free block: free some (e.g. `free` a ticking sequence) and call again to go on from
         it; True when the tick is complete."""
-        pending = self._pending
+        pending, start = self._pending, self._resume
         if pending is None:
             pending = self._due.pop(self._clock, None)
             if pending is None:                 # no sequence crosses a boundary
@@ -171,7 +171,7 @@ class PagedTicks:
         nxt = self._due.setdefault(clock + bs, [])
         take, ref, reach = self._take, self._ref, 0
         fresh = self._top < self.num_blocks
-        for k, seq in enumerate(pending):
+        for k, seq in enumerate(pending[start:] if start else pending, start):
             if seq.due != clock:
                 continue                        # stale: it stopped ticking since it was filed
             table = seq.table
@@ -182,8 +182,7 @@ class PagedTicks:
                 insort(self._due.setdefault(clock + room, []), seq, key=_key)
                 continue
             if not free:
-                served = pending[:k] if self._pending is None else self._served + pending[:k]
-                self._pending, self._served = pending[k:], served
+                self._pending, self._resume = pending, k     # (called again: on from `k`)
                 self._sum_blocks += taken - free
                 self._sum_reach += reach
                 return False
@@ -213,7 +212,7 @@ class PagedTicks:
             nxt.append(seq)
         self._sum_blocks += taken - free
         self._sum_reach += reach
-        self._pending = None
+        self._pending, self._resume = None, 0
         self._clock = clock + 1
         self._sum_tokens += self._ticking
         return True
