@@ -41,10 +41,18 @@ class Preemption:
         self.preemptions[i] += 1
         self.num_preemptions += 1
         plan.preempted.append(i)
+        cfg = self.cfg
+        if cfg.preemption == "swap" or (cfg.swap_multi_seq and self.n[i] > 1):
+            self._swap_out(i, plan)
+        else:
+            self._to_recompute(i, plan)
+
+    def _swap_out(self, i: int, plan: StepPlan) -> None:
+        """Move preempted request `i`'s KV to CPU memory when it can come back whole and the swap space
+        holds it (counted as a swap-out), else recompute it (a fallback when only the space is short)."""
         tokens = self.kv_len[i] * self.n[i]
         final = self.prompt[i] + self.output[i] - 1
-        swap = ((self.cfg.preemption == "swap" or (self.cfg.swap_multi_seq and self.n[i] > 1))
-                and self.n[i] * self.alloc.peak_slots(final, final) <= self.alloc.capacity_tokens)
+        swap = self.n[i] * self.alloc.peak_slots(final, final) <= self.alloc.capacity_tokens
         if swap and not self.prefill_left[i] and self.swap_used + tokens <= self.swap_tokens:
             self.swap_used += tokens
             plan.swap_tokens += tokens
@@ -62,7 +70,8 @@ class Preemption:
     def _to_recompute(self, i: int, plan: StepPlan) -> None:
         """Drop request `i`'s KV (counted as recomputed) and queue it first to prefill again."""
         computed = self.kv_len[i] - self.prefill_left[i]   # the prompt once, each sample's outputs
-        dropped = computed + (self.n[i] - 1) * max(0, computed - self.prompt[i])
+        n = self.n[i]
+        dropped = computed if n == 1 else computed + (n - 1) * max(0, computed - self.prompt[i])
         self.recomputed_tokens += dropped
         plan.recomputed_tokens += dropped
         self.prefill_left[i] = 0
