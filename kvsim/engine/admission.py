@@ -92,17 +92,21 @@ class Admission:
         """`_admit` where every request is one sequence (id = request index) and the allocator answers
         `admission` (paged) or no prefix cache is on: the same checks and bookkeeping, `_prefill_chunk`
         included (a chunked prefill takes its hits and its first chunk's blocks now), in fewer steps
-        (lazy decode's fast path: kvsim/engine/lazy_decode.py)."""
+        (lazy decode's fast path: kvsim/engine/lazy_decode.py); the counters are kept in locals and
+        stored once."""
         alloc, waiting, max_seqs, chunked = self.alloc, self.waiting, self.cfg.max_num_seqs, self.cfg.chunked_prefill
         prompt, generated, output, admitted_s = self.prompt, self.generated, self.output, self.admitted_s
+        kv_len, prefill_left, running = self.kv_len, self.prefill_left, self.running
         block_ids = self.block_ids
         admission = alloc.admission if block_ids else None
         take_loaded = alloc.take_loaded_tokens if block_ids and alloc.cpu_tier is not None else None
+        batch_fits = None if type(self)._batch_fits is Admission._batch_fits else self._batch_fits
+        seqs, tokens, pairs, prefills, allocated = self.running_seqs, 0, 0, plan.prefills, plan.allocated
         while waiting and budget > 0:
             i = waiting[0]
             need = prompt[i] + generated[i]            # recompute re-prefills its outputs
             final = prompt[i] + output[i] - 1
-            if self.running_seqs + 1 > max_seqs:
+            if seqs + 1 > max_seqs:
                 plan.limited_by = _SEQS
                 break
             if admission is None:
@@ -111,33 +115,39 @@ class Admission:
             else:
                 ids = block_ids(i)
                 fits, hit = admission(need, final, ids, i)
-            if not fits or not self._batch_fits(i):
+            if not fits or (batch_fits is not None and not batch_fits(i)):
                 plan.limited_by = _KV
                 break
             compute = need - hit
             if chunked:
                 chunk = compute if compute <= budget else budget
-            elif compute > budget and (plan.prefills or plan.decodes):
+            elif compute > budget and (prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
             else:
                 chunk = compute
             cached = alloc.allocate(i, need, final, ids, hit + chunk)
-            loaded = take_loaded() if take_loaded is not None else 0    # CPU tier -> GPU over PCIe
-            plan.swap_tokens += loaded
-            plan.allocated.append((i, cached))
+            if take_loaded is not None:                # CPU tier -> GPU over PCIe
+                loaded = take_loaded()
+                plan.swap_tokens += loaded
+            else:
+                loaded = 0
+            allocated.append((i, cached))
             waiting.popleft()
-            self.kv_len[i], self.prefill_left[i] = need, compute - chunk
+            kv_len[i], prefill_left[i] = need, compute - chunk
             if admitted_s[i] != admitted_s[i]:        # NaN: first admission
                 admitted_s[i] = now
                 self.prefix_hit_tokens += cached
                 self.cpu_hit_tokens += loaded
                 self.admitted_prompt_tokens += prompt[i]
-            self.running.append(i)
-            self.running_seqs += 1
-            plan.prefills.append((i, chunk))
-            plan.prefill_tokens += chunk
-            plan.prefill_attn_tokens += chunk * (hit + chunk)
+            running.append(i)
+            seqs += 1
+            prefills.append((i, chunk))
+            tokens += chunk
+            pairs += chunk * (hit + chunk)
             budget -= chunk
+        self.running_seqs = seqs
+        plan.prefill_tokens += tokens
+        plan.prefill_attn_tokens += pairs
 
     def _batch_fits(self, i: int) -> bool:
         """Whether request `i` may join the batch besides fitting now (continuous batching: always;
