@@ -32,6 +32,7 @@ from typing import Sequence
 from .base import AllocationError
 from .cpu_tier import CpuTier
 from .paged_append import PagedAppends
+from .paged_free_list import PagedFreeList
 from .paged_stats import PagedStats
 from .paged_tick_steps import PagedTickSteps
 from .paged_window import PagedTicks, PagedWindows
@@ -60,11 +61,12 @@ class _Seq:
     own: int = 0
 
 
-class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTickSteps):
+class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTickSteps):
     """Blocks of `block_size` slots taken from a free list exactly when a sequence's length crosses a
     block boundary; `fork` shares blocks, appending into a shared partly filled block copies it.
-    Growth (`append`, `append_each`) is in `paged_append.py`, queries, memory accounting and checks
-    in `paged_stats.py`, the fast-forward and the lazy ticks of a decoding batch in `paged_window.py`."""
+    Taking and releasing blocks is in `paged_free_list.py`, growth (`append`, `append_each`) in
+    `paged_append.py`, queries, memory accounting and checks in `paged_stats.py`, the fast-forward
+    and the lazy ticks of a decoding batch in `paged_window.py`."""
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
                  cpu_tier_blocks: int = 0) -> None:
@@ -244,57 +246,3 @@ class PagedAllocator(PagedAppends, PagedStats, PagedWindows, PagedTicks, PagedTi
         self._sum_tokens -= tokens
         self._sum_reach -= seq.final if seq.final < held else held
         self._sum_blocks -= len(table)
-
-    def _release(self, table: list[int], partial_last: bool) -> None:
-        """Drop one reference to each block of `table`, last block first (see `free`)."""
-        ref, cache, bs = self._ref, self._cache, self.block_size
-        for block in reversed(table):
-            ref[block] -= 1
-            if ref[block] == 0:
-                if cache is None or not cache.park(block):
-                    self._free.append(block)
-            elif partial_last:
-                if ref[block] == 1:
-                    self._shared_partial -= 1
-            else:
-                self._excess -= bs
-            partial_last = False
-
-    def _take_many(self, num: int) -> list[int]:
-        """`num` blocks as `num` calls of `_take` give them."""
-        top = self._top
-        fresh = min(num, self.num_blocks - top)
-        if fresh:
-            self._top = top + fresh
-            self._ref.extend([1] * fresh)
-            if fresh == num:
-                return list(range(top, top + num))
-        rest = num - fresh
-        free, ref = self._free, self._ref
-        if rest <= len(free):              # released plain free blocks, from the left
-            popleft = free.popleft
-            taken = [popleft() for _ in range(rest)]
-            for block in taken:
-                ref[block] = 1
-            return list(range(top, top + fresh)) + taken if fresh else taken
-        # every released block, then the least recently freed cached ones (`_take`'s order)
-        taken = list(range(top, top + fresh)) + list(free)
-        free.clear()
-        evict = self._cache.evict_lru
-        for _ in range(num - len(taken)):
-            taken.append(evict())
-        for block in taken[fresh:]:
-            ref[block] = 1
-        return taken
-
-    def _take(self) -> int:
-        """A fresh block with reference count 1: a never used one, else a released plain free one, else
-        the LRU evictable one."""
-        if self._top < self.num_blocks:
-            block = self._top
-            self._top += 1
-            self._ref.append(1)
-            return block
-        block = self._free.popleft() if self._free else self._cache.evict_lru()
-        self._ref[block] = 1
-        return block
