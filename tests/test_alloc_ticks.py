@@ -117,6 +117,30 @@ def test_a_tick_stopped_halfway_resumes_and_skips_sequences_freed_meanwhile():
     a.check_invariants()
 
 
+def test_a_tick_with_make_room_frees_until_a_block_is_free_and_goes_on():
+    """The same tick with `make_room` freeing the last sequence each time it is called (the
+    scheduler's preemption): seq 2 finds no block, seq 3 is freed (block 2), seq 2 takes it, seq 3's
+    entry is stale; the result is the stop-and-resume above, in one call."""
+    a = _three_due_at_once()
+    victims = [3]
+    assert a.tick(make_room=lambda: a.free(victims.pop())) is True
+    assert victims == []
+    assert (a.block_table(1), a.block_table(2)) == ([0, 3], [1, 2])
+    assert (a.num_tokens(1), a.num_tokens(2)) == (3, 3)
+    assert _row_any(a.stats()) == (8, 6, 2, 0, 0, 4, 0, 4)
+    a.check_invariants()
+
+
+def test_make_room_that_frees_the_sequence_short_of_a_block_skips_it():
+    """4 blocks of 2: seqs 1, 2, 3 full and due, one block free. Seq 1 takes block 3; seq 2 finds none
+    and `make_room` frees seq 2 itself (its block 1 released): it is skipped, and seq 3 takes block 1."""
+    a = _three_due_at_once()
+    assert a.tick(make_room=lambda: a.free(2)) is True
+    assert (a.block_table(1), a.block_table(3)) == ([0, 3], [2, 1])
+    assert (a.num_tokens(1), a.num_tokens(3)) == (3, 3)
+    a.check_invariants()
+
+
 def test_tick_steps_resume_a_stopped_tick_through_tick():
     a = _three_due_at_once()
     assert a.tick() is False

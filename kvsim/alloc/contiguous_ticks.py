@@ -57,8 +57,9 @@ class ContiguousTicks(JoinsEach):
         for seq_id in self._at:
             self._sync(seq_id)
 
-    def tick(self, copies: list | None = None) -> bool:
-        """One slot for every ticking sequence (contiguous memory never copies); always True."""
+    def tick(self, copies: list | None = None, make_room=None) -> bool:
+        """One slot for every ticking sequence (contiguous memory never copies nor runs short: no
+        `make_room`); always True."""
         self._clock += 1
         self._sum_tokens += len(self._at)
         return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import insort
 from operator import attrgetter
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .base import AllocationError, MemoryStats
 
@@ -152,12 +152,13 @@ class PagedTicks:
                 if seq.at >= 0:
                     self._sync(seq)
 
-    def tick(self, copies: list | None = None) -> bool:
+    def tick(self, copies: list | None = None, make_room: Callable[[], None] | None = None) -> bool:
         """One slot for every ticking sequence, taking a block for each that crosses a block boundary
         and copying the shared partly filled last block of a fork that joined since the last tick (in
-        key order; the (src, dst) pairs added to `copies`, as `append_each` adds them). False when one
-        found no free block: free some (e.g. `free` a ticking sequence) and call again to go on from
-        it; True when the tick is complete."""
+        key order; the (src, dst) pairs added to `copies`, as `append_each` adds them). When one finds
+        no free block: with `make_room`, that is called until it has freed some (e.g. by `free`ing a
+        ticking sequence) or freed this one, and the tick goes on; without it, False: free some and
+        call again to go on from it. True when the tick is complete."""
         pending, start = self._pending, self._resume
         if pending is None:
             pending = self._due.pop(self._clock, None)
@@ -182,10 +183,18 @@ class PagedTicks:
                 insort(self._due.setdefault(clock + room, []), seq, key=_key)
                 continue
             if not free:
-                self._pending, self._resume = pending, k     # (called again: on from `k`)
+                self._pending, self._resume = pending, k     # (left half done: on from `k`)
                 self._sum_blocks += taken - free
                 self._sum_reach += reach
-                return False
+                if make_room is None:
+                    return False
+                reach = 0
+                while not free and seq.due == clock:
+                    make_room()
+                    free = taken = (self.num_blocks - self._top + len(released)
+                                    + (cache.num_evictable if cache is not None else 0))
+                if seq.due != clock:
+                    continue                    # it was freed to make room
             free -= 1
             if room:                            # copy-on-write of the shared partly filled last block
                 taken -= 1                      # (the copy replaces a block the sequence held: not counted)

@@ -142,10 +142,10 @@ class LazyDecodes(LazyCappedReads):
         """`_grow_running` for members: one tick of the allocator (blocks for the sequences that cross
         a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
         running, preempted, since = self.running, False, self._since
-        if running:
-            while not self.alloc.tick(plan.copies):
-                preempted = True
-                self._preempt(running[-1], plan)
+        if running:        # (each block short preempts the batch's last request and the tick goes on)
+            before = len(plan.preempted)
+            self.alloc.tick(plan.copies, lambda: self._preempt(running[-1], plan))
+            preempted = len(plan.preempted) > before
             self._kv_clock += 1
             self._context += self._member_seqs
             self._ticked = True

@@ -85,11 +85,20 @@ class HybridTicks(JoinsEach):
             self._set_event(seq)              # (ticking: filling a block is no event)
         self._file(seq, self._clock)
 
-    def tick(self, copies: list | None = None) -> bool:
+    def tick(self, copies: list | None = None, make_room=None) -> bool:
         """One token for every ticking sequence; those at an event grow as `append_each` grows them, in
-        join order. False when one found no free block (its windows' blocks freed all the same): free
-        some (e.g. `free` a ticking sequence) and call again to go on from it; True when complete.
+        join order. When one finds no free block (its windows' blocks freed all the same): with
+        `make_room`, that is called to free some (e.g. by `free`ing a ticking sequence) and the tick
+        goes on from it; without, False: free some and call again to go on from it. True when complete.
         (`copies` stays untouched: nothing is shared, so nothing is copied.)"""
+        while not self._tick_on():
+            if make_room is None:
+                return False
+            make_room()
+        return True
+
+    def _tick_on(self) -> bool:
+        """`tick` without `make_room`: on from where a tick was left, False where it stops again."""
         clock, pending = self._clock, self._pending
         if pending is None:
             pending = self._due.pop(clock, None)
