@@ -54,6 +54,7 @@ class LazyDecodes(LazyCappedReads):
         self._ticked = False                  # a lazy decode step grew the batch, not yet emitted
         self._capped_groups: tuple = ()       # capped layers the cost model prices per sequence
         self._reads: CappedReads | None = None   # the members' reads in them (lazy only)
+        self._growing = None                  # the plan `_grow_lazy` is growing (for `_preempt_last`)
 
     # -- membership ------------------------------------------------------------------------------
     def _join(self, requests: list[int]) -> None:
@@ -142,10 +143,13 @@ class LazyDecodes(LazyCappedReads):
         """`_grow_running` for members: one tick of the allocator (blocks for the sequences that cross
         a boundary, preempting from the back while one is missing) and of `_kv_clock`."""
         running, preempted, since = self.running, False, self._since
-        if running:        # (each block short preempts the batch's last request and the tick goes on)
-            before = len(plan.preempted)
-            self.alloc.tick(plan.copies, lambda: self._preempt(running[-1], plan))
-            preempted = len(plan.preempted) > before
+        if running:
+            if not self.alloc.tick(plan.copies):
+                # a block short: preempt the batch's last request, and so on each time
+                # (`_preempt_last`) as the tick goes on
+                preempted, self._growing = True, plan
+                self._preempt(running[-1], plan)
+                self.alloc.tick(plan.copies, self._preempt_last)
             self._kv_clock += 1
             self._context += self._member_seqs
             self._ticked = True
@@ -156,6 +160,10 @@ class LazyDecodes(LazyCappedReads):
         plan.decode_seqs = self._member_seqs
         plan.decode_context_tokens = self._context
         return preempted
+
+    def _preempt_last(self) -> None:
+        """The lazy tick's `make_room`: preempt the batch's last request in the plan being grown."""
+        self._preempt(self.running[-1], self._growing)
 
     def _finish_lazy(self, plan, now: float) -> None:
         """`finish` with members: the step's new decoders (finished prefills, swap-ins) emit one by
