@@ -141,6 +141,25 @@ def test_make_room_that_frees_the_sequence_short_of_a_block_skips_it():
     a.check_invariants()
 
 
+def test_make_room_that_frees_a_forks_twin_lets_it_write_its_block_in_place():
+    """2 blocks of 4: seq 1 holds 2 tokens in [0], seq 2 its fork (block 0 shared, partly filled), seq 3
+    4 tokens in [1] (full); all three due at tick 0, no block free. Seq 1 must copy block 0 but finds
+    no block: `make_room` frees seq 2 (block 0 is seq 1's alone now, nothing freed), then seq 3
+    (block 1 free). Seq 1 then writes block 0 in place, as a fresh call would have found it: no copy,
+    block 1 stays free."""
+    a = PagedAllocator(num_blocks=2, block_size=4)
+    a.allocate(1, 2, 10)
+    a.fork(1, 2)
+    a.allocate(3, 4, 10)
+    for seq in (1, 2, 3):
+        a.tick_join(seq)
+    victims, copies = [3, 2], []
+    assert a.tick(copies, make_room=lambda: a.free(victims.pop())) is True
+    assert victims == [] and copies == []
+    assert a.block_table(1) == [0] and a.num_tokens(1) == 3 and a.num_free_blocks == 1
+    a.check_invariants()
+
+
 def test_tick_steps_resume_a_stopped_tick_through_tick():
     a = _three_due_at_once()
     assert a.tick() is False

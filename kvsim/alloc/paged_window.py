@@ -195,6 +195,10 @@ class PagedTicks:
                                     + (cache.num_evictable if cache is not None else 0))
                 if seq.due != clock:
                     continue                    # it was freed to make room
+                if room and ref[table[-1]] == 1:    # its twins were: in place after all (as above)
+                    seq.due = clock + room
+                    insort(self._due.setdefault(clock + room, []), seq, key=_key)
+                    continue
             free -= 1
             if room:                            # copy-on-write of the shared partly filled last block
                 taken -= 1                      # (the copy replaces a block the sequence held: not counted)
