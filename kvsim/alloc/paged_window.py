@@ -213,10 +213,10 @@ class PagedTicks:
                 insort(self._due.setdefault(clock + room, []), seq, key=_key)   # (a later join may be there)
                 continue
             seq.due = clock + bs
-            if fresh or not released:
+            if fresh:
                 table.append(take())
-            else:                               # (`_take` from the released blocks, inlined)
-                block = released.popleft()
+            else:                               # (`_take`, inlined: released blocks, else the LRU one)
+                block = released.popleft() if released else cache.evict_lru()
                 ref[block] = 1
                 table.append(block)
             final = seq.final
