@@ -91,14 +91,6 @@ class HybridTicks(JoinsEach):
         `make_room`, that is called to free some (e.g. by `free`ing a ticking sequence) and the tick
         goes on from it; without, False: free some and call again to go on from it. True when complete.
         (`copies` stays untouched: nothing is shared, so nothing is copied.)"""
-        while not self._tick_on():
-            if make_room is None:
-                return False
-            make_room()
-        return True
-
-    def _tick_on(self) -> bool:
-        """`tick` without `make_room`: on from where a tick was left, False where it stops again."""
         clock, pending = self._clock, self._pending
         if pending is None:
             pending = self._due.pop(clock, None)
@@ -116,7 +108,12 @@ class HybridTicks(JoinsEach):
             seq.tokens, seq.at = c, clock
             if not grow(seq, c, clock):
                 self._pending = pending[k:]
-                return False
+                if make_room is None:
+                    return False
+                while True:                   # free some, then on from it until the tick is complete
+                    make_room()
+                    if self.tick():
+                        return True
         self._pending = None
         self._clock = clock + 1
         self._sum_tokens += self._ticking
