@@ -29,7 +29,7 @@ class _Arrivals:
     it wakes at `at` (s), queues every request that has arrived by then (`scheduler.add(i, at)`) and
     goes back to sleep until the next arrival. Wake-ups and the engine's step ends at the same time
     run in the order they were scheduled (SimPy's order): `order` counts schedulings, and the engine
-    takes a `ticket` from it for each of its timeouts."""
+    takes the next count as the ticket of each of its timeouts (`order += 1`)."""
 
     def __init__(self, arrival_s: list[float], scheduler: Scheduler):
         self.times, self.sched = arrival_s, scheduler
@@ -51,11 +51,6 @@ class _Arrivals:
             self.seq, self.order = self.order, self.order + 1
         else:
             self.at = float("inf")
-
-    def ticket(self) -> int:
-        """The place in the scheduling order of a timeout the engine schedules now."""
-        self.order += 1
-        return self.order - 1
 
     def until(self, now: float, ticket: int) -> int:
         """Run the wake-ups that come before the engine's timeout `ticket`, which fired at `now`;
@@ -109,19 +104,21 @@ class Engine:
                 now = env.now
                 continue
             log.record(plan)
-            ticket = arrivals.ticket()
+            ticket = arrivals.order             # (the timeout's ticket; `until` only when an arrival
+            arrivals.order = ticket + 1         # may have come meanwhile: the per-step path)
             yield timeout(plan.durations[0])
             steps += 1
             now = env.now
-            nxt = arrivals.until(now, ticket)
+            nxt = arrivals.until(now, ticket) if arrivals.at <= now else arrivals.next
             window = stepper.window(plan, now, nxt) if fast_forward else None
             while window is not None:
                 log.record(window)
-                ticket = arrivals.ticket()
+                ticket = arrivals.order
+                arrivals.order = ticket + 1
                 yield timeout(window.end_s - now)
                 steps += window.num_steps
                 now = env.now
-                nxt = arrivals.until(now, ticket)
+                nxt = arrivals.until(now, ticket) if arrivals.at <= now else arrivals.next
                 # another window may follow at once (one that ran through requests' last tokens), but
                 # where a stop watch counts steps: it asks after each step and window, as it did
                 window = stepper.window(window, now, nxt) if not stepper.cut_at_request_ends else None
