@@ -348,3 +348,15 @@ def test_timed_step_is_the_sum_of_the_terms_bit_for_bit_and_the_bound(prefill, p
     assert bound is model.compute_bound(prefill, pairs, seqs, context)
     if tokens == 0:
         assert bound is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqs=st.integers(0, 300), context=st.integers(0, 10**6), steps=st.integers(0, 40),
+       growth=st.one_of(st.none(), st.integers(0, 300)), plus=st.floats(0.0, 0.05))
+def test_decode_step_times_plus_adds_to_each_step_as_the_stepper_did(seqs, context, steps, growth, plus):
+    """`plus_s` (the engine profile's CPU time a step) is added to each step last: bit for bit the sum
+    the stepper made when it added it to the kernels' times itself."""
+    model = CostModel(Deployment(get_model("opt-13b"), get_gpu("a100-40gb"), 1), 16, True)
+    for cost in (model, ConstantCost(0.01)):
+        assert cost.decode_step_times(seqs, context, steps, growth, plus) == \
+            [d + plus for d in cost.decode_step_times(seqs, context, steps, growth)]

@@ -237,17 +237,21 @@ class CostModel:
         return seconds, compute > memory
 
     def decode_step_times(self, seqs: int, first_context: int, steps: int,
-                          growth: int | None = None) -> list[float]:
-        """`step_time(0, 0, seqs, c)` for c = first_context, first_context + growth, ... (`steps` of
-        them: a steady decode phase; `growth` defaults to `seqs`, less when some of the sequences are
-        padding: a static batch), bit for bit (the same operations in the same order)."""
+                          growth: int | None = None, plus_s: float = 0.0) -> list[float]:
+        """`step_time(0, 0, seqs, c)` (+ `plus_s`, e.g. an engine's CPU time) for c = first_context,
+        first_context + growth, ... (`steps` of them: a steady decode phase; `growth` defaults to `seqs`,
+        less when some of the sequences are padding: a static batch), bit for bit (the same operations
+        in the same order)."""
         grow = seqs if growth is None else growth
         if seqs <= 0:
-            return [self.step_time(0, 0, seqs, first_context)] * steps
+            return [self.step_time(0, 0, seqs, first_context) + plus_s if plus_s else
+                    self.step_time(0, 0, seqs, first_context)] * steps
         head = self.step_overhead_s + self.linear_time(seqs) + self.prefill_attention_time(0)
         attn, per_token = self._decode_fixed_s + seqs * self._decode_s_per_seq, self._decode_s_per_token
         store, reduce = self.store_kv_time(seqs), self.all_reduce_time(seqs)
         contexts = range(first_context, first_context + steps * grow, grow) if grow > 0 else [first_context] * steps
+        if plus_s:
+            return [head + (attn + c * per_token) + store + reduce + plus_s for c in contexts]
         return [head + (attn + c * per_token) + store + reduce for c in contexts]
 
     def compute_bound(self, prefill_tokens: int, prefill_attn_tokens: int,
@@ -284,9 +288,9 @@ class ConstantCost:
         return self.step_s
 
     def decode_step_times(self, seqs: int, first_context: int, steps: int,
-                          growth: int | None = None) -> list[float]:
-        """`steps` x `step_s`."""
-        return [self.step_s] * steps
+                          growth: int | None = None, plus_s: float = 0.0) -> list[float]:
+        """`steps` x `step_s` (+ `plus_s`)."""
+        return [self.step_s + plus_s if plus_s else self.step_s] * steps
 
     def swap_time(self, num_tokens: int, num_blocks: int = 0) -> float:
         """`num_tokens` x `swap_s_per_token` seconds (no fixed cost per piece)."""

@@ -41,7 +41,9 @@ _BLOCKED = (LIMITS.index("kv_memory"), LIMITS.index("max_num_seqs"))
 class Stepper:
     """Advances `scheduler` one step (or one fast-forward window) at a time, timed with `cost`
     (`step_time(prefill_tokens, prefill_attn_tokens, decode_seqs, decode_context_tokens)` and
-    `swap_time(tokens, pieces)`, seconds; optionally `compute_bound(...)` with the same arguments) plus
+    `swap_time(tokens, pieces)`, seconds; optionally `compute_bound(...)` with the same arguments, both at
+    once as `timed_step(...)`, and a window's steps as `decode_step_times(seqs, first_context, steps,
+    growth, plus_s)`, `plus_s` added to each) plus
     `cpu_seconds(sequences)` (an engine profile's CPU time; None: none). `arrival_s` (sorted) is
     needed only for windows. `swap_s` adds up the PCIe time of the steps so far."""
 
@@ -93,17 +95,20 @@ class Stepper:
         step, for a cost model that prices sliding or chunked layers per sequence."""
         grow = num_seqs if growth is None else growth
         at_once = getattr(self.cost, "decode_step_times", None)
+        capped = self._capped is not None and contexts
+        # the CPU time is added to each step last; where nothing comes between, the cost model adds it
+        cpu = self.cpu_seconds(num_seqs) if self.cpu_seconds is not None else 0.0
         if at_once is not None:
-            durations = at_once(num_seqs, first_context, steps) if growth is None else \
-                at_once(num_seqs, first_context, steps, growth)
+            durations = at_once(num_seqs, first_context, steps, growth, 0.0 if capped else cpu)
         else:
             step_time = self.cost.step_time
             durations = [step_time(0, 0, num_seqs, first_context + j * grow) for j in range(steps)]
-        if self._capped is not None and contexts:
+            if cpu and not capped:
+                durations = [d + cpu for d in durations]
+        if capped:
             durations = [d + c for d, c in zip(durations, self._capped.window_times(contexts, steps).tolist())]
-        if self.cpu_seconds is not None:
-            cpu = self.cpu_seconds(num_seqs)
-            durations = [d + cpu for d in durations]
+            if cpu:
+                durations = [d + cpu for d in durations]
         return durations
 
     def _compute_bound(self, num_seqs: int, context: int) -> bool:
