@@ -111,6 +111,15 @@ class Stepper:
                 durations = [d + cpu for d in durations]
         return durations
 
+    def decode_bound_flags(self, num_seqs: int, context: int, steps: int) -> list[bool]:
+        """Whether each of `steps` decode steps of `num_seqs` sequences holding `context` tokens before
+        the first (each step reads `num_seqs` more) has compute-bound kernels (a window's flags)."""
+        at_first = self._compute_bound(num_seqs, context + num_seqs)
+        at_last = self._compute_bound(num_seqs, context + steps * num_seqs)
+        if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
+            return [at_first] * steps
+        return [self._compute_bound(num_seqs, context + j * num_seqs) for j in range(1, steps + 1)]
+
     def _compute_bound(self, num_seqs: int, context: int) -> bool:
         """Whether the kernels of a decode step of `num_seqs` sequences reading `context` tokens are
         compute-bound; False for cost models that do not say."""
@@ -177,12 +186,7 @@ class Stepper:
         running = list(sched.running)
         memory = sched.advance(ids, k)
         finished = sched.window_ends(ends[k])
-        at_first = self._compute_bound(num_seqs, context + num_seqs)
-        at_last = self._compute_bound(num_seqs, context + k * num_seqs)
-        if at_first == at_last:   # more context only adds memory traffic: the flag changes at most once
-            bound = [at_first] * k
-        else:
-            bound = [self._compute_bound(num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
+        bound = self.decode_bound_flags(num_seqs, context, k)
         plan = StepPlan()            # (its fields set directly: fewer steps than by name)
         (plan.decodes, plan.decode_seqs, plan.decode_context_tokens, plan.batch_requests, plan.limited_by,
          plan.starts, plan.durations, plan.waiting, plan.memory, plan.compute_bound, plan.finished) = (

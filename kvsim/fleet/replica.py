@@ -157,11 +157,7 @@ class Replica:
         arrived = window.arrived
         queued = window.queued
         waiting = [queued + bisect_left(arrived, t) for t in starts] if arrived else [queued] * k
-        at_first, at_last = (stepper._compute_bound(last, num_seqs, context + j * num_seqs) for j in (1, k))
-        if at_first == at_last:     # more context only adds memory traffic: the flag changes at most once
-            bound = [at_first] * k
-        else:
-            bound = [stepper._compute_bound(last, num_seqs, context + j * num_seqs) for j in range(1, k + 1)]
+        bound = stepper.decode_bound_flags(num_seqs, context, k)
         self.log.record(StepPlan(decodes=list(sched.running), decode_seqs=num_seqs,
                                  decode_context_tokens=context + num_seqs, batch_requests=len(sched.running),
                                  limited_by=last.limited_by, starts=starts, durations=window.durations[:k],
