@@ -16,9 +16,10 @@ until the free blocks run out, or (with an empty queue) a request arrives; anoth
 It returns those steps as one plan (one entry per step in `starts`, `durations`, `waiting`, `memory`). Step boundaries within `TIE` of an arrival end the window, so the order of
 arrivals and steps is the same as stepping one at a time (tests compare the two).
 
-Timing lives in one place, `Stepper.step_seconds` / `Stepper.decode_seconds`: the cost model's kernel
-time, plus PCIe time for swaps, plus the engine profile's CPU time (`cpu_seconds(sequences)`, with
-sequences = decoding sequences + prefilling requests). Seconds throughout.
+Timing lives in one place, `Stepper.step_seconds` (`_timed_step`, which also gives the step's
+compute-bound flag) / `Stepper.decode_seconds`: the cost model's kernel time, plus PCIe time for swaps,
+plus the engine profile's CPU time (`cpu_seconds(sequences)`, with sequences = decoding sequences +
+prefilling requests). Seconds throughout.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class Stepper:
 
     # -- timing: the one place a step's duration is computed -------------------------------------
     def step_seconds(self, plan: StepPlan) -> float:
-        """Duration of the step `plan` describes: kernels, plus PCIe time for its swap traffic."""
+        """Duration of the step `plan` describes: kernels, plus PCIe time for its swap traffic, plus the
+        engine profile's CPU time."""
         return self._timed_step(plan)[0]
 
     def _timed_step(self, plan: StepPlan) -> tuple[float, bool]:
