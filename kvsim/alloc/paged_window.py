@@ -191,8 +191,7 @@ class PagedTicks:
                 reach = 0
                 while not free and seq.due == clock:
                     make_room()
-                    free = taken = (self.num_blocks - self._top + len(released)
-                                    + (cache.num_evictable if cache is not None else 0))
+                    free = taken = self.num_free_blocks
                 if seq.due != clock:
                     continue                    # it was freed to make room
                 if room and ref[table[-1]] == 1:    # its twins were: in place after all (as above)

@@ -244,8 +244,8 @@ class CostModel:
         in the same order)."""
         grow = seqs if growth is None else growth
         if seqs <= 0:
-            return [self.step_time(0, 0, seqs, first_context) + plus_s if plus_s else
-                    self.step_time(0, 0, seqs, first_context)] * steps
+            empty = self.step_time(0, 0, seqs, first_context)
+            return [empty + plus_s if plus_s else empty] * steps
         head = self.step_overhead_s + self.linear_time(seqs) + self.prefill_attention_time(0)
         attn, per_token = self._decode_fixed_s + seqs * self._decode_s_per_seq, self._decode_s_per_token
         store, reduce = self.store_kv_time(seqs), self.all_reduce_time(seqs)
