@@ -304,10 +304,14 @@ def test_prefix_cache_check_names_each_corruption():
     cache._hash_of[2] = h0
     _raises(a.check_invariants, "block -> hash and hash -> block maps disagree")
     del cache._hash_of[2]
-    cache._evictable[2] = None                 # nameless evictable (`park_nameless`): allowed at count 0
+    cache.park_nameless([2])                   # nameless evictable: allowed at count 0
     cache.check([0, 0, 0, 0])
     _raises(lambda: cache.check([0, 0, 1, 0]), "evictable block 2 has reference count 1")
-    del cache._evictable[2]
+    assert cache.evictable_blocks() == [1, 0, 2]
+    cache._nameless.clear()
+    cache._evictable[1] = 1                    # (says a nameless block was parked before it, not before 0)
+    _raises(lambda: cache.check([0, 0, 0, 0]), "cached evictable blocks out of park order")
+    cache._evictable[1] = 0
     _raises(lambda: cache.check([0, 1, 0, 0]), "evictable block 1 has reference count 1")
     del cache._evictable[0]
     _raises(lambda: cache.check([0, 0, 0, 0]), "cached free block 0 is not evictable")

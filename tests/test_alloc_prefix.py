@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from kvsim.alloc import PagedAllocator, chain_hashes
+from kvsim.alloc.prefix import PrefixCache
 
 
 def test_chain_hashes_are_chained_and_deterministic_across_processes():
@@ -219,6 +220,32 @@ def test_a_finished_sequence_parks_its_own_blocks_nameless_in_the_same_order():
         assert x.allocate(2, 30, 30, block_hashes=[10]) == 4
         assert x.block_table(2) == [0, 4, 5, 6, 7, 3, 2, 1]
         x.check_invariants()
+
+
+def test_cached_and_nameless_evictable_blocks_leave_in_the_order_they_were_parked():
+    """Cached and nameless evictable blocks sit in two queues; the LRU order across them, worked by
+    hand: park cached 0, nameless 2 and 3, cached 1, nameless 4, cached 1 again after a hit took it
+    back (it moves to the newest end), cached 5."""
+    cache = PrefixCache()
+    for h, block in ((100, 0), (101, 1), (105, 5)):
+        cache.register(h, block)
+    assert cache.park(0) and not cache.park(2)         # (2 holds no hash: a plain free block)
+    cache.park_nameless([2, 3])
+    cache.park(1)
+    cache.park_nameless([4])
+    assert cache.evictable_blocks() == [0, 2, 3, 1, 4] and cache.num_evictable == 5
+    cache.reuse(1)
+    cache.park(1)
+    cache.park(5)
+    assert cache.evictable_blocks() == [0, 2, 3, 4, 1, 5]
+    cache.check([0] * 6)
+    evicted = [cache.evict_lru() for _ in range(6)]
+    assert evicted == [0, 2, 3, 4, 1, 5] and cache.num_evictable == 0
+    assert not any(cache.holds(h) for h in (100, 101, 105))
+    cache.park_nameless([7])                            # nameless parked while no cached one is
+    cache.register(108, 8)
+    cache.park(8)
+    assert cache.evictable_blocks() == [7, 8] and [cache.evict_lru(), cache.evict_lru()] == [7, 8]
 
 
 def test_free_finished_is_free_where_blocks_are_shared_or_a_cpu_tier_keeps_hashes():

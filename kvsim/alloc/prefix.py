@@ -5,18 +5,24 @@ Units: blocks (ids into the paged pool). A block is *cached* when its chained ha
 full blocks are ever cached. A cached block whose reference count drops to 0 becomes *evictable*: it
 counts as free but keeps its contents until a fresh block is needed, least recently freed first.
 
+Evictable blocks are kept in two queues that make one LRU order: cached ones in `_evictable`, and
+*nameless* ones in `_nameless`: blocks whose hashes no lookup could ask for (`park_nameless`: the own
+blocks of a sequence that is done for good). Each cached one keeps the count of nameless blocks parked
+before it, so the two queues' heads can be ordered. A nameless block is a plain deque entry: most
+evictable blocks are nameless where prompts share nothing, and taking one then costs what taking a
+released plain free block does.
+
 Invariants (checked by `check`):
 - `b` is `_blocks_of[h]`, or in it when several blocks hold `h`, if and only if `_hash_of[b] == h`
   (each cached block holds one hash; `_blocks_of[h]` is a dict only for two blocks or more);
-- every evictable block has reference count 0; it is cached, or *nameless*: a block whose hash no
-  lookup could ask for (`park_nameless`: the own blocks of a sequence that is done for good), kept in
-  the LRU order as if cached;
-- a cached block with reference count 0 is evictable (nothing cached is lost from both sets).
+- every evictable block has reference count 0; it is cached, or nameless (held no hash);
+- a cached block with reference count 0 is evictable (nothing cached is lost from both sets);
+- the nameless counts in `_evictable` do not decrease, oldest first.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Iterable, Sequence
 
 _MASK64 = (1 << 64) - 1
@@ -69,12 +75,15 @@ class PrefixCache:
         # block is the usual case, and prefix caching registers every full block of every sequence
         self._blocks_of: dict[int, int | dict[int, None]] = {}
         self._hash_of: dict[int, int] = {}                  # cached block id -> chained hash
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
+        # cached evictable block -> nameless blocks parked before it, oldest first
+        self._evictable: OrderedDict[int, int] = OrderedDict()
+        self._nameless: deque[int] = deque()                # nameless evictable blocks, oldest first
+        self._nameless_in = 0                               # nameless blocks parked so far
 
     @property
     def num_evictable(self) -> int:
         """Free blocks still holding reusable contents (blocks)."""
-        return len(self._evictable)
+        return len(self._evictable) + len(self._nameless)
 
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
         """Blocks holding the longest cached prefix of `hashes`, at most `max_blocks` of them.
@@ -93,7 +102,7 @@ class PrefixCache:
         return h in self._blocks_of
 
     def is_evictable(self, block: int) -> bool:
-        """Whether `block` is free but cached."""
+        """Whether `block` is free but cached (a nameless block is not asked about: it holds no hash)."""
         return block in self._evictable
 
     def reuse(self, block: int) -> None:
@@ -117,21 +126,28 @@ class PrefixCache:
         (returns True), else the caller returns it to the plain free list (returns False)."""
         if block not in self._hash_of:
             return False
-        self._evictable[block] = None
+        self._evictable[block] = self._nameless_in
         return True
 
     def park_nameless(self, blocks: Iterable[int]) -> None:
         """Park full `blocks` (reference counts just dropped to 0) as evictable without registering
         their hashes: blocks whose hashes no lookup will ask for (a finished sequence's own blocks:
         `PagedAllocator.free_finished`). They are evicted in the LRU order as cached blocks are."""
-        self._evictable.update(dict.fromkeys(blocks))
+        nameless = self._nameless
+        before = len(nameless)
+        nameless.extend(blocks)
+        self._nameless_in += len(nameless) - before
 
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
-        block, _ = self._evictable.popitem(last=False)
-        h = self._hash_of.pop(block, None)
-        if h is None:                           # nameless (`park_nameless`)
-            return block
+        cached = self._evictable
+        if not cached:
+            return self._nameless.popleft()
+        nameless = self._nameless
+        if nameless and self._nameless_in - len(nameless) < next(iter(cached.values())):
+            return nameless.popleft()                 # (parked before the oldest cached one)
+        block, _ = cached.popitem(last=False)
+        h = self._hash_of.pop(block)
         held = self._blocks_of[h]
         if held.__class__ is int:
             del self._blocks_of[h]
@@ -145,7 +161,14 @@ class PrefixCache:
 
     def evictable_blocks(self) -> list[int]:
         """Evictable blocks, next to be evicted first."""
-        return list(self._evictable)
+        order, nameless = [], list(self._nameless)
+        first, k = self._nameless_in - len(nameless), 0   # (nameless[k] was the (first + k)-th parked)
+        for block, before in self._evictable.items():
+            while k < len(nameless) and first + k < before:
+                order.append(nameless[k])              # parked before this cached block
+                k += 1
+            order.append(block)
+        return order + nameless[k:]
 
     def cached_hash(self, block: int) -> int | None:
         """The chained hash `block` holds, or None when it is not cached."""
@@ -162,8 +185,10 @@ class PrefixCache:
                 assert self._hash_of.get(block) == h, f"hash map points {h:#x} at block {block}, which holds another"
             holders += len(members)
         assert len(self._hash_of) == holders, "block -> hash and hash -> block maps disagree"
-        for block in self._evictable:
+        for block in self.evictable_blocks():
             assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
+        before = list(self._evictable.values())
+        assert before == sorted(before), "cached evictable blocks out of park order"
         for block, h in self._hash_of.items():
             if ref_counts[block] == 0:
                 assert block in self._evictable, f"cached free block {block} is not evictable"
