@@ -114,18 +114,22 @@ class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, Page
             raise AllocationError(f"sequence {seq_id}: num_tokens must be >= 1, got {num_tokens}")
         bs = self.block_size
         cache = self._cache
-        if cache is None and (hold_tokens is None or hold_tokens == num_tokens):   # (no prefix cache: fewer steps)
-            num_new = -(-num_tokens // bs)
-            if num_new > self.num_blocks - self._top + len(self._free):
+        if cache is None or self._hits_none(num_tokens, block_hashes, seq_id):   # (no hit: fewer steps)
+            hold = num_tokens if hold_tokens is None else hold_tokens
+            if hold < 1 or hold > num_tokens:
+                raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
+            num_new = -(-hold // bs)
+            if num_new > (self.num_blocks - self._top + len(self._free)      # (`num_free_blocks`, inlined)
+                          + (cache.num_evictable if cache is not None else 0)):
                 raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, {self.num_free_blocks} free")
             table = self._take_many(num_new)
             final = final_tokens if final_tokens > num_tokens else num_tokens
-            self._seqs[seq_id] = _Seq(table, num_tokens, final, [], seq_id)
-            self._sum_tokens += num_tokens
+            self._seqs[seq_id] = _Seq(table, hold, final, [], seq_id)
+            self._sum_tokens += hold
             self._sum_reach += final if final < num_new * bs else num_new * bs
             self._sum_blocks += num_new
             return 0
-        hashes, hits = self._prefix(num_tokens, block_hashes, seq_id) if cache is not None else ([], [])
+        hashes, hits = self._prefix(num_tokens, block_hashes, seq_id)
         loads = self._cpu_hits(hashes, hits, num_tokens) if self.cpu_tier is not None else 0
         cached = (len(hits) + loads) * bs
         hold = num_tokens if hold_tokens is None else max(hold_tokens, cached)
@@ -149,7 +153,7 @@ class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, Page
         final = max(final_tokens, num_tokens)
         own = len(hits) if len(hits) > len(hashes) else len(hashes)
         seq = self._seqs[seq_id] = _Seq(table, hold, final, hashes, seq_id, own=own)
-        if cache is not None and len(hits) < len(hashes):
+        if len(hits) < len(hashes):
             self._register(seq, len(hits), hold // bs)
         self._sum_tokens += hold
         self._sum_reach += min(final, len(table) * bs)

@@ -64,6 +64,14 @@ class PagedStats:
                 hits += cache.lookup(unique_hashes(salt, start, max_hits), max_hits - start)
         return hashes, hits
 
+    def _hits_none(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> bool:
+        """Whether a sequence of `num_tokens` slots surely hits nothing in the prefix cache: it has no
+        shareable blocks (so the CPU tier holds none of them either), and its own first block is not
+        cached (it was never freed short of finishing) or it may hit none (one block or less). One
+        lookup at most: `_prefix` with nothing to chain."""
+        return not len(block_hashes) and (salt is None or num_tokens <= self.block_size
+                                          or not self._cache.holds(unique_hash(salt, 0)))
+
     def _hits_cost(self, num_tokens: int, block_hashes: Sequence[int], salt: int | None) -> tuple[int, int]:
         """(cached tokens, free blocks needed) to allocate a sequence of `num_tokens` slots now: a hit
         on an evictable block takes it out of the free blocks too (vLLM counts it the same way)."""
@@ -89,6 +97,8 @@ class PagedStats:
         scheduler asks both of each request it admits)."""
         if self._cache is None:
             return self.can_allocate(num_tokens, final_tokens), 0
+        if self._hits_none(num_tokens, block_hashes, seq_id):
+            return -(-num_tokens // self.block_size) <= self.num_free_blocks, 0
         cached, needed = self._hits_cost(num_tokens, block_hashes, seq_id)
         return needed <= self.num_free_blocks, cached
 

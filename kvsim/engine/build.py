@@ -74,8 +74,12 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     block_ids = None
     page = cache.block_size if plan is None else plan.block_size     # tokens per block (attention)
     if cache.prefix_caching:
-        def block_ids(i: int) -> list[int]:
-            return trace.prompt_block_ids(i, page)
+        if trace.hash_offsets is None and (trace.prefix_group is None or not (trace.prefix_group >= 0).any()):
+            def block_ids(i: int) -> tuple[()]:
+                return ()           # (no request shares content: `prompt_block_ids` is always empty)
+        else:
+            def block_ids(i: int) -> list[int]:
+                return trace.prompt_block_ids(i, page)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
