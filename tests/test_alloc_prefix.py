@@ -239,13 +239,14 @@ def test_cached_and_nameless_evictable_blocks_leave_in_the_order_they_were_parke
     cache.park(5)
     assert cache.evictable_blocks() == [0, 2, 3, 4, 1, 5]
     cache.check([0] * 6)
-    evicted = [cache.evict_lru() for _ in range(6)]
+    evicted = cache.evict_many(2) + [cache.evict_lru() for _ in range(4)]
     assert evicted == [0, 2, 3, 4, 1, 5] and cache.num_evictable == 0
     assert not any(cache.holds(h) for h in (100, 101, 105))
-    cache.park_nameless([7])                            # nameless parked while no cached one is
+    cache.park_nameless([7, 9])                         # nameless parked while no cached one is
+    assert cache.evict_many(1) == [7]
     cache.register(108, 8)
     cache.park(8)
-    assert cache.evictable_blocks() == [7, 8] and [cache.evict_lru(), cache.evict_lru()] == [7, 8]
+    assert cache.evictable_blocks() == [9, 8] and cache.evict_many(2) == [9, 8]
 
 
 def test_free_finished_is_free_where_blocks_are_shared_or_a_cpu_tier_keeps_hashes():

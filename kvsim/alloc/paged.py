@@ -242,10 +242,12 @@ class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, Page
             ref[block] = 0
         if full < len(table):
             self._free.append(table[-1])                  # the partly filled last block
-        cache.park_nameless(reversed(table[first:full]))
-        for block in reversed(table[:first]):             # shareable (registered when filled) and hits
-            if not cache.park(block):
-                self._free.append(block)
+        if full > first:
+            cache.park_nameless(reversed(table[first:full]))
+        if first:
+            for block in reversed(table[:first]):         # shareable (registered when filled) and hits
+                if not cache.park(block):
+                    self._free.append(block)
         held = len(table) * bs
         self._sum_tokens -= tokens
         self._sum_reach -= seq.final if seq.final < held else held

@@ -51,9 +51,7 @@ class PagedFreeList:
         # every released block, then the least recently freed cached ones (`_take`'s order)
         taken = list(range(top, top + fresh)) + list(free)
         free.clear()
-        evict = self._cache.evict_lru
-        for _ in range(num - len(taken)):
-            taken.append(evict())
+        taken += self._cache.evict_many(num - len(taken))
         for block in taken[fresh:]:
             ref[block] = 1
         return taken

@@ -159,6 +159,13 @@ class PrefixCache:
             self.tier.put(h)
         return block
 
+    def evict_many(self, num: int) -> list[int]:
+        """`num` calls of `evict_lru`, in order (nameless blocks only, while no cached one is evictable)."""
+        if not self._evictable:
+            popleft = self._nameless.popleft
+            return [popleft() for _ in range(num)]
+        return [self.evict_lru() for _ in range(num)]
+
     def evictable_blocks(self) -> list[int]:
         """Evictable blocks, next to be evicted first."""
         order, nameless = [], list(self._nameless)
