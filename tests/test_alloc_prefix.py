@@ -159,7 +159,11 @@ def test_unshared_prompt_blocks_are_cached_for_their_own_sequence():
     a.allocate(3, 9, 12)                          # no shareable ids: blocks 0, 1 are seq 3's own
     a.free(3)
     assert a.cached_tokens(9, seq_id=4) == 0
-    assert a.allocate(3, 9, 12) == 8
+    assert a.admission(9, 12, (), 4) == (True, 0) and a.admission(9, 12, (), 3) == (True, 8)
+    assert a.admission(4, 12, (), 3) == (True, 0)          # one block: its last token is computed
+    assert a.allocate(5, 9, 12, hold_tokens=5) == 0 and a.num_tokens(5) == 5   # nothing to hit: 2 fresh
+    assert a.block_table(5) == [3, 4]
+    assert a.allocate(3, 9, 12) == 8 and a.block_table(3) == [0, 1, 5]    # its own 2 blocks + 1 fresh
     a.check_invariants()
 
 
