@@ -9,6 +9,7 @@ slots and blocks.
 from __future__ import annotations
 
 from itertools import chain
+from operator import attrgetter
 
 from .base import MemoryStats
 
@@ -83,25 +84,34 @@ def _rows(run: TickRun) -> list[MemoryStats]:
     return out
 
 
+#: a run's counts, read from every run in one pass
+_HEAD_FIELDS = ("steps", "capacity", "block_size", "num_blocks", "tokens", "ticking", "reach", "blocks", "free",
+                "cached")
+_HEAD = attrgetter(*_HEAD_FIELDS)
+_CROSSINGS = attrgetter("crossings")
+
+
 def runs_table(runs: list[TickRun]):
     """The snapshots of `runs`, one after another, as one numpy int64 table (a row per tick, columns
     `MemoryStats._fields`): the rows `rows()` gives, worked out for every run at once."""
     import numpy as np
 
-    steps = np.fromiter((r.steps for r in runs), np.int64, len(runs))
+    heads = np.fromiter(chain.from_iterable(map(_HEAD, runs)), np.int64, len(runs) * len(_HEAD_FIELDS))
+    heads = heads.reshape(len(runs), len(_HEAD_FIELDS))     # (every run's counts in one pass)
+    steps = heads[:, 0]
     total = int(steps.sum())
     first = np.zeros(len(runs), np.int64)                # each run's first row
     np.cumsum(steps[:-1], out=first[1:])
 
     def per_run(name: str):
-        return np.repeat(np.fromiter((getattr(r, name) for r in runs), np.int64, len(runs)), steps)
+        return np.repeat(heads[:, _HEAD_FIELDS.index(name)], steps)
 
     tick = np.arange(total, dtype=np.int64) - np.repeat(first, steps)      # tick within its run
     added = np.zeros((3, total), np.int64)                # blocks taken, reach added, evicted, at each tick
-    counts = np.fromiter((len(r.crossings) for r in runs), np.int64, len(runs))
+    counts = np.fromiter(map(len, map(_CROSSINGS, runs)), np.int64, len(runs))
     if counts.any():
         at, taken, reached, evicted = np.fromiter(
-            chain.from_iterable(chain.from_iterable(r.crossings for r in runs)), np.int64,
+            chain.from_iterable(chain.from_iterable(map(_CROSSINGS, runs))), np.int64,
             4 * int(counts.sum())).reshape(-1, 4).T
         at = at + np.repeat(first, counts)
         added[0, at], added[1, at], added[2, at] = taken, reached, evicted

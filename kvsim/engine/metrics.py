@@ -12,6 +12,7 @@ steps table) or handed to a sink.
 from __future__ import annotations
 
 from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Callable
 
 import numpy as np
@@ -35,6 +36,8 @@ _ROW = ("time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_
         "compute_bound")
 _WEIGHTED = CATEGORIES + ("used_blocks", "unshared_blocks")
 _FLOAT = ("time_s", "duration_s")
+_STARTS, _DURATIONS, _WAITING = attrgetter("starts"), attrgetter("durations"), attrgetter("waiting")
+_PLAN_HEAD = attrgetter("batch_requests", "prefill_tokens", "decode_seqs", "limited_by")   # (`_ROW` 2, 4, 5, 6)
 CHUNK = 1 << 16       # rows folded into the aggregates at a time
 HOLD = 1 << 18        # rows buffered before folding when every row is kept and none is streamed
 
@@ -50,12 +53,13 @@ def _plan_columns(plans: list, steps: list[int], total: int) -> np.ndarray:
     """The `_ROW` columns of the steps of multi-step `plans` (`steps[j]` steps each, `total` in all) as
     one float64 table: the values `record` puts in its tuples."""
     out = np.empty((total, len(_ROW)), np.float64)
-    out[:, 0] = np.fromiter(chain.from_iterable(p.starts for p in plans), np.float64, total)
-    out[:, 1] = np.fromiter(chain.from_iterable(p.durations for p in plans), np.float64, total)
-    waiting = np.fromiter(chain.from_iterable(p.waiting for p in plans), np.float64, total)
+    out[:, 0] = np.fromiter(chain.from_iterable(map(_STARTS, plans)), np.float64, total)
+    out[:, 1] = np.fromiter(chain.from_iterable(map(_DURATIONS, plans)), np.float64, total)
+    waiting = np.fromiter(chain.from_iterable(map(_WAITING, plans)), np.float64, total)
     out[:, 3] = waiting
-    for col, name in ((2, "batch_requests"), (4, "prefill_tokens"), (5, "decode_seqs"), (6, "limited_by")):
-        out[:, col] = np.repeat(np.fromiter((getattr(p, name) for p in plans), np.float64, len(plans)), steps)
+    heads = np.fromiter(chain.from_iterable(map(_PLAN_HEAD, plans)), np.float64, 4 * len(plans)).reshape(-1, 4)
+    for col, j in ((2, 0), (4, 1), (5, 2), (6, 3)):      # (the four counts of every plan in one pass)
+        out[:, col] = np.repeat(heads[:, j], steps)
     out[:, 6] *= waiting != 0
     out[:, 7] = np.fromiter(chain.from_iterable(p.compute_bound or repeat(False, k) for p, k in zip(plans, steps)),
                             np.float64, total)
@@ -72,7 +76,7 @@ class StepLog:
     def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.keep, self.sink = keep, sink
         self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
-        self._runs: list[tuple] = []      # windows whose snapshots are a `TickRun`: (first row, plan, run)
+        self._runs: list[tuple] = []      # windows whose snapshots are a `TickRun`: (first row, steps, plan, run)
         self._pending = 0                 # rows in `_rows` and `_runs` (in the order they came)
         self._parts: list[np.ndarray] = []   # earlier rows not yet folded, as float64 tables (in order)
         self._buffered = 0                # rows in `_parts` and `_rows`
@@ -102,7 +106,7 @@ class StepLog:
                          plan.decode_seqs, limit if w else 0,
                          plan.compute_bound[0] if plan.compute_bound else False) + memory[0])
         elif hasattr(memory, "runs_table"):     # a window's snapshots as counts (`TickRun`; `_flush`)
-            self._runs.append((self._pending, plan, memory))
+            self._runs.append((self._pending, k, plan, memory))
             self._pending += k
         elif hasattr(memory, "array"):          # a window's snapshots as one table (`MemoryTable`)
             self._record_table(plan, memory.array)
@@ -138,16 +142,16 @@ class StepLog:
             return
         runs, total = self._runs, self._pending
         table = np.empty((total, len(_ROW) + len(self._memory_fields)), np.float64)
-        steps = np.fromiter((len(run) for _, _, run in runs), np.int64, len(runs))
+        steps = np.fromiter(map(itemgetter(1), runs), np.int64, len(runs))
         in_run = np.zeros(total + 1, np.int64)             # +1 at each window's first row, -1 after its last
-        first = np.fromiter((at for at, _, _ in runs), np.int64, len(runs))
+        first = np.fromiter(map(itemgetter(0), runs), np.int64, len(runs))
         np.add.at(in_run, first, 1)
         np.add.at(in_run, first + steps, -1)
         in_run = in_run.cumsum()[:-1] > 0
         if self._rows:
             table[~in_run] = _table(self._rows)
-        table[in_run, len(_ROW):] = runs[0][2].runs_table([run for _, _, run in runs])
-        table[in_run, :len(_ROW)] = _plan_columns([plan for _, plan, _ in runs], steps, int(steps.sum()))
+        table[in_run, len(_ROW):] = runs[0][3].runs_table([run for _, _, _, run in runs])
+        table[in_run, :len(_ROW)] = _plan_columns([plan for _, _, plan, _ in runs], steps, int(steps.sum()))
         self._parts.append(table)
         self._rows, self._runs, self._pending = [], [], 0
 
