@@ -115,8 +115,11 @@ class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, Page
         bs = self.block_size
         cache = self._cache
         if cache is None or self._hits_none(num_tokens, block_hashes, seq_id):   # (no hit: fewer steps)
-            hold = num_tokens if hold_tokens is None else hold_tokens
-            if hold < 1 or hold > num_tokens:
+            if hold_tokens is None or hold_tokens == num_tokens:
+                hold = num_tokens
+            elif 1 <= hold_tokens < num_tokens:
+                hold = hold_tokens
+            else:
                 raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
             num_new = -(-hold // bs)
             if num_new > (self.num_blocks - self._top + len(self._free)      # (`num_free_blocks`, inlined)
