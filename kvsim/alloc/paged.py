@@ -122,8 +122,8 @@ class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, Page
             else:
                 raise AllocationError(f"sequence {seq_id}: hold_tokens {hold_tokens} outside 1..{num_tokens}")
             num_new = -(-hold // bs)
-            if num_new > (self.num_blocks - self._top + len(self._free)      # (`num_free_blocks`, inlined)
-                          + (cache.num_evictable if cache is not None else 0)):
+            free = self.num_blocks - self._top + len(self._free)           # (`num_free_blocks`, inlined)
+            if num_new > free and (cache is None or num_new > free + cache.num_evictable):
                 raise AllocationError(f"sequence {seq_id}: {num_new} blocks needed, {self.num_free_blocks} free")
             table = self._take_many(num_new)
             final = final_tokens if final_tokens > num_tokens else num_tokens
