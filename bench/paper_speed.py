@@ -3,7 +3,9 @@
 Covers: the whole `kvsim paper` command (every grid of the vLLM paper's experiments, written report).
 Scenario: the paper at `--duration` s traces (default 3600, the paper's and the command's default) with
 `--workers` processes, first with the old commit (`--old`, default aa1d257, the main this work started
-from; in a temporary `git worktree`), then with this checkout; prints each wall time and the load
+from; in a temporary `git worktree`), then with this checkout (`--new-first`: the other way round; on
+this machine the second of two back-to-back runs was 4-14% the slower, whichever tree it was: measured
+2 December 2026, so an A/B should be run both ways); prints each wall time and the load
 average (the machine may be shared: say so with the figures), and checks that the two reports'
 capacity, breakdown, block-size, swap, differences and variants tables are the same file for file (the
 curves table differs only where a point stopped above 1 s/token: "> 1").
@@ -40,12 +42,21 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count(), help="processes")
     ap.add_argument("--old", default="aa1d257", help="the commit to compare against")
     ap.add_argument("--skip-old", action="store_true", help="time this checkout only")
+    ap.add_argument("--new-first", action="store_true",
+                    help="run this checkout before the old commit (the first of two runs is the faster here)")
     args = ap.parse_args()
     print(f"kvsim paper --duration {args.duration:g} --workers {args.workers}; {os.cpu_count()} cores, "
           f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         walls = {}
+
+        def run_new() -> None:
+            walls["new"] = run(ROOT, tmp / "new-report", args.duration, args.workers)
+            print(f"new (this checkout): {walls['new']:.0f} s; load average now {os.getloadavg()[0]:.1f}", flush=True)
+
+        if args.new_first:
+            run_new()
         if not args.skip_old:
             old = tmp / "old"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.old],
@@ -55,8 +66,8 @@ def main() -> None:
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
             print(f"old ({args.old}): {walls['old']:.0f} s; load average now {os.getloadavg()[0]:.1f}", flush=True)
-        walls["new"] = run(ROOT, tmp / "new-report", args.duration, args.workers)
-        print(f"new (this checkout): {walls['new']:.0f} s; load average now {os.getloadavg()[0]:.1f}", flush=True)
+        if not args.new_first:
+            run_new()
         if "old" in walls:
             print(f"speed-up: {walls['old'] / walls['new']:.2f}x")
             for name in SAME:
