@@ -309,11 +309,14 @@ def test_prefix_cache_check_names_each_corruption():
     _raises(lambda: cache.check([0, 0, 1, 0]), "evictable block 2 has reference count 1")
     assert cache.evictable_blocks() == [1, 0, 2]
     cache._nameless.clear()
+    _raises(lambda: cache.check([0, 0, 0, 0]), "evictable count drifted")
+    cache.num_evictable -= 1
     cache._evictable[1] = 1                    # (says a nameless block was parked before it, not before 0)
     _raises(lambda: cache.check([0, 0, 0, 0]), "cached evictable blocks out of park order")
     cache._evictable[1] = 0
     _raises(lambda: cache.check([0, 1, 0, 0]), "evictable block 1 has reference count 1")
     del cache._evictable[0]
+    cache.num_evictable -= 1
     _raises(lambda: cache.check([0, 0, 0, 0]), "cached free block 0 is not evictable")
     assert h1 is not None
 

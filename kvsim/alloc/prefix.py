@@ -79,11 +79,8 @@ class PrefixCache:
         self._evictable: OrderedDict[int, int] = OrderedDict()
         self._nameless: deque[int] = deque()                # nameless evictable blocks, oldest first
         self._nameless_in = 0                               # nameless blocks parked so far
-
-    @property
-    def num_evictable(self) -> int:
-        """Free blocks still holding reusable contents (blocks)."""
-        return len(self._evictable) + len(self._nameless)
+        #: free blocks still holding reusable contents, both queues (blocks): read each step, so counted
+        self.num_evictable = 0
 
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
         """Blocks holding the longest cached prefix of `hashes`, at most `max_blocks` of them.
@@ -108,6 +105,7 @@ class PrefixCache:
     def reuse(self, block: int) -> None:
         """Take an evictable `block` back into use (its reference count goes 0 -> 1 by the caller)."""
         del self._evictable[block]
+        self.num_evictable -= 1
 
     def register(self, h: int, block: int) -> None:
         """Record that full `block` holds the prefix with chained hash `h` (a block already cached
@@ -127,6 +125,7 @@ class PrefixCache:
         if block not in self._hash_of:
             return False
         self._evictable[block] = self._nameless_in
+        self.num_evictable += 1
         return True
 
     def park_nameless(self, blocks: Iterable[int]) -> None:
@@ -137,9 +136,11 @@ class PrefixCache:
         before = len(nameless)
         nameless.extend(blocks)
         self._nameless_in += len(nameless) - before
+        self.num_evictable += len(nameless) - before
 
     def evict_lru(self) -> int:
         """Forget the least recently freed evictable block and return its id (now a plain free block)."""
+        self.num_evictable -= 1
         cached = self._evictable
         if not cached:
             return self._nameless.popleft()
@@ -162,6 +163,7 @@ class PrefixCache:
     def evict_many(self, num: int) -> list[int]:
         """`num` calls of `evict_lru`, in order (nameless blocks only, while no cached one is evictable)."""
         if not self._evictable:
+            self.num_evictable -= num
             popleft = self._nameless.popleft
             return [popleft() for _ in range(num)]
         return [self.evict_lru() for _ in range(num)]
@@ -194,6 +196,7 @@ class PrefixCache:
         assert len(self._hash_of) == holders, "block -> hash and hash -> block maps disagree"
         for block in self.evictable_blocks():
             assert ref_counts[block] == 0, f"evictable block {block} has reference count {ref_counts[block]}"
+        assert self.num_evictable == len(self._evictable) + len(self._nameless), "evictable count drifted"
         before = list(self._evictable.values())
         assert before == sorted(before), "cached evictable blocks out of park order"
         for block, h in self._hash_of.items():
