@@ -17,7 +17,7 @@ Invariants (checked by `check`):
   (each cached block holds one hash; `_blocks_of[h]` is a dict only for two blocks or more);
 - every evictable block has reference count 0; it is cached, or nameless (held no hash);
 - a cached block with reference count 0 is evictable (nothing cached is lost from both sets);
-- the nameless counts in `_evictable` do not decrease, oldest first.
+- the nameless counts in `_evictable` do not decrease, oldest first; `num_evictable` counts both queues.
 """
 
 from __future__ import annotations
