@@ -99,18 +99,17 @@ class Stepper:
         at_once = getattr(self.cost, "decode_step_times", None)
         capped = self._capped is not None and contexts
         # the CPU time is added to each step last; where nothing comes between, the cost model adds it
+        # (adding 0.0 leaves a positive float's bits as they are)
         cpu = self.cpu_seconds(num_seqs) if self.cpu_seconds is not None else 0.0
+        plus = 0.0 if capped else cpu
         if at_once is not None:
-            durations = at_once(num_seqs, first_context, steps, growth, 0.0 if capped else cpu)
+            durations = at_once(num_seqs, first_context, steps, growth, plus)
         else:
             step_time = self.cost.step_time
-            durations = [step_time(0, 0, num_seqs, first_context + j * grow) for j in range(steps)]
-            if cpu and not capped:
-                durations = [d + cpu for d in durations]
+            durations = [step_time(0, 0, num_seqs, first_context + j * grow) + plus for j in range(steps)]
         if capped:
-            durations = [d + c for d, c in zip(durations, self._capped.window_times(contexts, steps).tolist())]
-            if cpu:
-                durations = [d + cpu for d in durations]
+            windows = self._capped.window_times(contexts, steps).tolist()
+            durations = [d + c + cpu for d, c in zip(durations, windows)]
         return durations
 
     def decode_bound_flags(self, num_seqs: int, context: int, steps: int) -> list[bool]:
