@@ -7,7 +7,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from kvsim.alloc.base import FILL_TABLE_MIN_STEPS, MemoryStats, filling_snapshots
 from kvsim.cost.roofline import ConstantCost, CostModel
 from kvsim.engine.build import build_run
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
@@ -108,19 +107,6 @@ def test_compute_bound_flags_turn_off_once_found_by_bisection():
         for k in range(2, 8):
             assert _flags(bound, 4, segments, k) == [c < threshold for c in contexts[:k]]
     assert _flags(None, 4, segments, 5) == [False] * 5
-
-
-def test_filling_snapshots_by_hand_as_rows_and_as_one_table():
-    last = MemoryStats(100, 30, 20, 5, 5, 40, 60, 40, 60, 0)
-    rows = filling_snapshots(last, 3, 2)
-    assert [(m.token_states, m.reserved) for m in rows] == [(26, 24), (28, 22), (30, 20)]
-    assert rows[-1] == last and all(m[3:] == last[3:] and m.capacity_tokens == 100 for m in rows)
-    assert filling_snapshots(last, 2, 0) == [last, last]
-    steps = FILL_TABLE_MIN_STEPS + 1
-    table = filling_snapshots(MemoryStats(1000, 400, 300, 0, 0, 300, 700, 300, 700, 0), steps, 3)
-    assert hasattr(table, "array") and len(table) == steps
-    assert list(table) == [MemoryStats(1000, 400 - 3 * b, 300 + 3 * b, 0, 0, 300, 700, 300, 700, 0)
-                           for b in range(steps - 1, -1, -1)]
 
 
 @pytest.mark.parametrize("seqs, growth", [(4, 0), (4, 1), (4, 3), (4, None), (300, 17)])

@@ -46,8 +46,9 @@ class MemoryStats(NamedTuple):
 
 class MemoryTable:
     """The snapshots of consecutive steps as one table: `array` (numpy int64, one row per step, columns
-    `MemoryStats._fields`), what a window of lazy decode ticks returns (`PagedTickSteps.tick_steps`) instead
-    of a named tuple per step; the engine's step log folds it whole. Reads as a sequence of `MemoryStats`."""
+    `MemoryStats._fields`), what a static batch's window of several segments gives
+    (kvsim/engine/static_batching.py); the engine's step log folds it whole. Reads as a sequence of
+    `MemoryStats`."""
 
     __slots__ = ("array",)
     fields = MemoryStats._fields
@@ -78,29 +79,6 @@ class MemoryTable:
 
     def __repr__(self) -> str:
         return f"MemoryTable({list(self)!r})"
-
-
-#: Windows of this many steps or more get one `MemoryTable` from `filling_snapshots` (numpy's fixed
-#: cost per window is about a hundred named tuples', timed with timeit when paged windows made them too).
-FILL_TABLE_MIN_STEPS = 16
-
-
-def filling_snapshots(last: MemoryStats, steps: int, grow: int):
-    """The snapshots of `steps` steps that each write `grow` more slots into room already held (nothing
-    taken or freed), the last being `last`: step j has `grow * (steps - 1 - j)` fewer `token_states`
-    and as many more `reserved`. A `MemoryTable` for a long window, else a list of `MemoryStats`."""
-    if steps >= FILL_TABLE_MIN_STEPS:
-        import numpy as np
-        out = np.empty((steps, len(MemoryTable.fields)), np.int64)
-        out[:] = last
-        back = np.arange(steps - 1, -1, -1, dtype=np.int64) * grow
-        out[:, 1] -= back
-        out[:, 2] += back
-        return MemoryTable(out)
-    c, tokens, reserved, *rest = last
-    make = tuple.__new__
-    return [make(MemoryStats, (c, tokens - back, reserved + back, *rest))   # (a named tuple made directly)
-            for back in range(grow * (steps - 1), -1, -grow)] if grow else [last] * steps
 
 
 #: Per-group parts an allocator with KV cache groups can add to its snapshot (`with_groups`), as fields

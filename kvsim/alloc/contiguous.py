@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import AllocationError, MemoryStats, filling_snapshots
+from .base import AllocationError, MemoryStats
+from .fill_runs import filling_snapshots
 from .contiguous_ticks import ContiguousTicks
 from .placement import Buddy, FirstFit
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import AllocationError, JoinsEach, MemoryStats, filling_snapshots
+from .base import AllocationError, JoinsEach, MemoryStats
+from .fill_runs import filling_snapshots
 
 
 class ContiguousTicks(JoinsEach):

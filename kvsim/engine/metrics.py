@@ -1,13 +1,12 @@
 """Per-step and per-request records, and the run summary (keys of DESIGN.md's `--json`).
 
 Memory columns are token slots; times are seconds. Memory fractions are time-averaged: each step's
-snapshot is weighted by the step's duration. The step log buffers one tuple per step (a window whose
-snapshots come as one table, `kvsim.alloc.base.MemoryTable`, as one float64 table; one whose snapshots
-come as a `kvsim.alloc.tick_runs.TickRun` as it is, all of them expanded at once later) and folds them,
-`CHUNK` rows at a time, into numpy columns and running aggregates (all the summary needs), so a run's
-memory does not grow with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the
-steps table) or handed to a sink.
-"""
+snapshot is weighted by the step's duration. The step log buffers one tuple per step (a window's
+snapshots as one table, `kvsim.alloc.base.MemoryTable`: one float64 table; as counts, a `TickRun` or
+`FillRun` of kvsim/alloc/: as they are, expanded together later) and folds them, `CHUNK` rows at a time,
+into numpy columns and running aggregates (all the summary needs), so a run's memory does not grow
+with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the steps table) or handed to
+a sink."""
 
 from __future__ import annotations
 
@@ -76,7 +75,7 @@ class StepLog:
     def __init__(self, keep: bool = True, sink: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.keep, self.sink = keep, sink
         self._rows: list[tuple] = []      # `_ROW` values + memory fields, per step not yet folded
-        self._runs: list[tuple] = []      # windows whose snapshots are a `TickRun`: (first row, steps, plan, run)
+        self._runs: list[tuple] = []      # windows whose snapshots are counts: (first row, steps, plan, run)
         self._pending = 0                 # rows in `_rows` and `_runs` (in the order they came)
         self._parts: list[np.ndarray] = []   # earlier rows not yet folded, as float64 tables (in order)
         self._buffered = 0                # rows in `_parts` and `_rows`
@@ -105,7 +104,9 @@ class StepLog:
             rows.append((plan.starts[0], plan.durations[0], plan.batch_requests, w, plan.prefill_tokens,
                          plan.decode_seqs, limit if w else 0,
                          plan.compute_bound[0] if plan.compute_bound else False) + memory[0])
-        elif hasattr(memory, "runs_table"):     # a window's snapshots as counts (`TickRun`; `_flush`)
+        elif hasattr(memory, "runs_table"):     # a window's snapshots as counts (`TickRun`, `FillRun`; `_flush`)
+            if self._runs and self._runs[0][3].__class__ is not memory.__class__:
+                self._flush()                   # (`_flush` expands runs of one kind at a time)
             self._runs.append((self._pending, k, plan, memory))
             self._pending += k
         elif hasattr(memory, "array"):          # a window's snapshots as one table (`MemoryTable`)
@@ -133,7 +134,7 @@ class StepLog:
         self._parts.append(table)
 
     def _flush(self) -> None:
-        """Turn the rows recorded since the last flush (tuples and `TickRun` windows) into one float64
+        """Turn the rows recorded since the last flush (tuples and counted windows) into one float64
         table at the end of `_parts`, the windows' rows worked out together (their `runs_table`)."""
         if not self._runs:
             if self._rows:

@@ -10,7 +10,7 @@ steps, times and memory as stepping one at a time (tests/test_fast_forward.py co
 
 from __future__ import annotations
 
-
+from kvsim.alloc.base import MemoryTable
 from kvsim.engine.scheduler import Scheduler
 from kvsim.engine.step import StepPlan
 
@@ -162,12 +162,10 @@ def _flags(bound, width: int, segments: list[tuple[int, int, int, int]], k: int)
 
 
 def _joined(parts: list):
-    """One window's memory snapshots from its segments' (lists of named tuples or `MemoryTable`s)."""
+    """One window's memory snapshots from its segments' (one allocator's: all lists of named tuples, or
+    all runs, e.g. `kvsim.alloc.fill_runs.FillRun`, then expanded together as one `MemoryTable`)."""
     if len(parts) == 1:
         return parts[0]
-    tables = [p for p in parts if hasattr(p, "array")]
-    if not tables:
+    if parts[0].__class__ is list:
         return [row for p in parts for row in p]
-    import numpy as np
-    return type(tables[0])(np.concatenate([p.array if hasattr(p, "array") else np.array(p, np.int64)
-                                           for p in parts]))
+    return MemoryTable(parts[0].runs_table(parts))
