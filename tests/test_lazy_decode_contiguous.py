@@ -113,8 +113,8 @@ def test_tick_steps_snapshots_against_the_head_of_the_queue():
     short = alloc.tick_steps(3, 150, 200)
     assert [(m.token_states, m.reserved, m.external_fragmentation, m.free) for m in short] == \
         [(12, 288, 212, 0), (14, 286, 212, 0), (16, 284, 212, 0)]
-    long = alloc.tick_steps(64, 150, 200)     # a MemoryTable (numpy) for long windows: the same rows
-    assert len(long) == 64 and tuple(long[0])[1:6] == (18, 282, 0, 212, 0)
+    long = alloc.tick_steps(64, 150, 200)     # a FillRun (last snapshot + slots per tick): the same rows
+    assert type(long).__name__ == "FillRun" and len(long) == 64 and tuple(long[0])[1:6] == (18, 282, 0, 212, 0)
     assert (long[63].token_states, long[63].reserved, long[63].external_fragmentation) == (144, 156, 212)
     assert alloc.num_tokens(0) == 4 + 67 and alloc.stats().token_states == 144
 
