@@ -44,7 +44,22 @@ class MemoryStats(NamedTuple):
     cached_blocks: int = 0
 
 
-class MemoryTable:
+class Snapshots:
+    """A window's memory snapshots kept in another form than a list (`MemoryTable`; `TickRun` and
+    `FillRun`, as counts): equal to any sequence of the same `MemoryStats`, unhashable as a list."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        try:
+            return list(self) == list(other)
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None
+
+
+class MemoryTable(Snapshots):
     """The snapshots of consecutive steps as one table: `array` (numpy int64, one row per step, columns
     `MemoryStats._fields`), what a static batch's window of several segments gives
     (kvsim/engine/static_batching.py); the engine's step log folds it whole. Reads as a sequence of
@@ -67,15 +82,6 @@ class MemoryTable:
 
     def __iter__(self):
         return map(MemoryStats._make, self.array.tolist())
-
-    def __eq__(self, other) -> bool:
-        """Equal to any sequence of the same snapshots (a list of `MemoryStats` included)."""
-        try:
-            return list(self) == list(other)
-        except TypeError:
-            return NotImplemented
-
-    __hash__ = None
 
     def __repr__(self) -> str:
         return f"MemoryTable({list(self)!r})"

@@ -10,10 +10,10 @@ from __future__ import annotations
 from itertools import chain
 from operator import attrgetter
 
-from .base import MemoryStats
+from .base import MemoryStats, Snapshots
 
 
-class FillRun:
+class FillRun(Snapshots):
     """The snapshots after each of `steps` steps that each write `grow` more slots, the last being `last`
     (a `MemoryStats`): step j has `grow * (steps - 1 - j)` fewer `token_states` and as many more
     `reserved`, every other field as `last`. Reads as a sequence of `MemoryStats`."""
@@ -47,15 +47,6 @@ class FillRun:
             return iter([self.last] * self.steps)
         return (make(MemoryStats, (capacity, tokens - back, reserved + back, *rest))   # (made directly)
                 for back in range(grow * (self.steps - 1), -1, -grow))
-
-    def __eq__(self, other) -> bool:
-        """Equal to any sequence of the same snapshots (a list of `MemoryStats` included)."""
-        try:
-            return list(self) == list(other)
-        except TypeError:
-            return NotImplemented
-
-    __hash__ = None
 
     def __repr__(self) -> str:
         return f"FillRun({self.last!r}, steps={self.steps}, grow={self.grow})"

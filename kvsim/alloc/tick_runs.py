@@ -11,10 +11,10 @@ from __future__ import annotations
 from itertools import chain
 from operator import attrgetter
 
-from .base import MemoryStats
+from .base import MemoryStats, Snapshots
 
 
-class TickRun:
+class TickRun(Snapshots):
     """`stats()` after each of `steps` ticks, from the counts before the first (`tokens` written, `reach`:
     slots the sequences will fill, `blocks` held unshared, `free` and `cached` blocks; `capacity` slots,
     `block_size`, `num_blocks`) and the `crossings` (tick, blocks taken, reach added, cached blocks
@@ -47,15 +47,6 @@ class TickRun:
 
     def __iter__(self):
         return iter(self.rows())
-
-    def __eq__(self, other) -> bool:
-        """Equal to any sequence of the same snapshots (a list of `MemoryStats` included)."""
-        try:
-            return self.rows() == list(other)
-        except TypeError:
-            return NotImplemented
-
-    __hash__ = None
 
     def __repr__(self) -> str:
         return f"TickRun({self.rows()!r})"
