@@ -33,8 +33,10 @@ def test_runs_table_of_several_fill_runs_by_hand():
     """A: the run above; B: 1 step of 5 slots (just its last); C: 2 steps writing nothing."""
     b_last = MemoryStats(8, 3, 2, 1, 0, 2, 6, 2, 6, 0)
     c_last = MemoryStats(8, 1, 0, 1, 0, 6, 2, 6, 2, 1)
-    table = FillRun.runs_table([FillRun(LAST, 3, 2), FillRun(b_last, 1, 5), FillRun(c_last, 2, 0)])
+    runs = [FillRun(LAST, 3, 2), FillRun(b_last, 1, 5), FillRun(c_last, 2, 0)]
+    table = FillRun.runs_table(runs)
     assert table.dtype == np.int64
+    assert FillRun.concat(runs) == list(runs[0]) + [b_last, c_last, c_last]    # (one `MemoryTable`)
     assert table.tolist() == [[100, 26, 24, 5, 5, 40, 60, 40, 60, 0], [100, 28, 22, 5, 5, 40, 60, 40, 60, 0],
                               [100, 30, 20, 5, 5, 40, 60, 40, 60, 0], list(b_last), list(c_last), list(c_last)]
 

@@ -58,6 +58,12 @@ class Snapshots:
 
     __hash__ = None
 
+    @classmethod
+    def concat(cls, runs: list) -> MemoryTable:
+        """The snapshots of `runs` (of a kind kept as counts, with a `runs_table`) one after another, as
+        one `MemoryTable`."""
+        return MemoryTable(cls.runs_table(runs))
+
 
 class MemoryTable(Snapshots):
     """The snapshots of consecutive steps as one table: `array` (numpy int64, one row per step, columns

@@ -10,7 +10,6 @@ steps, times and memory as stepping one at a time (tests/test_fast_forward.py co
 
 from __future__ import annotations
 
-from kvsim.alloc.base import MemoryTable
 from kvsim.engine.scheduler import Scheduler
 from kvsim.engine.step import StepPlan
 
@@ -163,9 +162,9 @@ def _flags(bound, width: int, segments: list[tuple[int, int, int, int]], k: int)
 
 def _joined(parts: list):
     """One window's memory snapshots from its segments' (one allocator's: all lists of named tuples, or
-    all runs, e.g. `kvsim.alloc.fill_runs.FillRun`, then expanded together as one `MemoryTable`)."""
+    all runs, e.g. `kvsim.alloc.fill_runs.FillRun`, then expanded together as one table: `concat`)."""
     if len(parts) == 1:
         return parts[0]
     if parts[0].__class__ is list:
         return [row for p in parts for row in p]
-    return MemoryTable(parts[0].runs_table(parts))
+    return parts[0].concat(parts)
