@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvsim.alloc.base import MemoryStats
-from kvsim.alloc.fill_runs import FillRun, filling_snapshots
+from kvsim.alloc.fill_runs import FillRun
 from kvsim.alloc.tick_runs import TickRun
 from kvsim.engine import metrics
 from kvsim.engine.metrics import StepLog
@@ -17,11 +17,11 @@ LAST = MemoryStats(100, 30, 20, 5, 5, 40, 60, 40, 60, 0)
 
 def test_a_fill_run_reads_as_its_snapshots_by_hand():
     """3 steps writing 2 slots each, ending at 30 written and 20 reserved: 26/24, 28/22, 30/20."""
-    run = filling_snapshots(LAST, 3, 2)
+    run = FillRun(LAST, 3, 2)
     rows = [LAST._replace(token_states=t, reserved=r) for t, r in ((26, 24), (28, 22), (30, 20))]
     assert len(run) == 3 and list(run) == rows and run == rows and run != rows[:2]
     assert run[-1] == LAST and run[0] == rows[0] and run[-3] == rows[0] and run[1:] == rows[1:]
-    assert filling_snapshots(LAST, 2, 0) == [LAST, LAST]
+    assert FillRun(LAST, 2, 0) == [LAST, LAST]
     with pytest.raises(IndexError):
         run[3]
     assert list(FillRun(LAST, 0, 2)) == []

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import AllocationError, MemoryStats
-from .fill_runs import filling_snapshots
+from .fill_runs import FillRun
 from .contiguous_ticks import ContiguousTicks
 from .placement import Buddy, FirstFit
 
@@ -210,7 +210,7 @@ class ContiguousAllocator(ContiguousTicks):
             self._tokens[seq_id] += steps
         grow = len(seq_ids)
         self._sum_tokens += grow * steps
-        return filling_snapshots(self.stats(head_tokens, head_final_tokens), steps, grow)
+        return FillRun(self.stats(head_tokens, head_final_tokens), steps, grow)
 
     def stats(self, head_tokens: int = 0, head_final_tokens: int = 0) -> MemoryStats:
         """Memory breakdown in slots. External fragmentation = placement padding plus free slots in

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import AllocationError, JoinsEach, MemoryStats
-from .fill_runs import filling_snapshots
+from .fill_runs import FillRun
 
 
 class ContiguousTicks(JoinsEach):
@@ -71,8 +71,8 @@ class ContiguousTicks(JoinsEach):
 
     def tick_steps(self, steps: int, head_tokens: int = 0, head_final_tokens: int = 0) -> Sequence[MemoryStats]:
         """`steps` ticks; `stats(head_tokens, head_final_tokens)` after each (only the written and
-        reserved slots change: one per ticking sequence and tick, `filling_snapshots`)."""
+        reserved slots change: one per ticking sequence and tick, `FillRun`)."""
         grow = len(self._at)
         self._clock += steps
         self._sum_tokens += grow * steps
-        return filling_snapshots(self.stats(head_tokens, head_final_tokens), steps, grow)
+        return FillRun(self.stats(head_tokens, head_final_tokens), steps, grow)

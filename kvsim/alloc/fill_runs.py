@@ -71,9 +71,3 @@ class FillRun(Snapshots):
 
 _LAST = attrgetter("last")
 _HEAD = attrgetter("steps", "grow")
-
-
-def filling_snapshots(last: MemoryStats, steps: int, grow: int) -> FillRun:
-    """The snapshots of `steps` steps that each write `grow` more slots into room already held
-    (nothing taken or freed), the last being `last`, as a `FillRun`."""
-    return FillRun(last, steps, grow)
