@@ -193,3 +193,14 @@ def test_shipped_tiny_trace():
     t = read_jsonl(REPO / "traces" / "tiny.jsonl")
     assert len(t) == 10 and t.n.max() == 2 and t.request_id(1) == "r2"
     assert t.prompt_block_ids(2, 16) == t.prompt_block_ids(3, 16) and len(t.prompt_block_ids(2, 16)) == 3
+
+
+def test_a_trace_shares_prompt_blocks_only_with_block_hashes_or_a_prefix_group():
+    """Without either (or with every group None) `prompt_block_ids` is empty for every request."""
+    plain = Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5])
+    ungrouped = Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5], prefix_group=[None, None], prefix_tokens=[0, 0])
+    grouped = Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5], prefix_group=["sys", None], prefix_tokens=[32, 0])
+    hashed = Trace.from_arrays([0.0, 1.0], [40, 40], [5, 5], block_hashes=[[7, 8], [7]], hash_block_size=16)
+    assert [t.shares_prompt_blocks for t in (plain, ungrouped, grouped, hashed)] == [False, False, True, True]
+    assert [plain.prompt_block_ids(i, 16) + ungrouped.prompt_block_ids(i, 16) for i in (0, 1)] == [[], []]
+    assert len(grouped.prompt_block_ids(0, 16)) == 2 and hashed.prompt_block_ids(0, 16) == [7, 8]

@@ -74,9 +74,9 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     block_ids = None
     page = cache.block_size if plan is None else plan.block_size     # tokens per block (attention)
     if cache.prefix_caching:
-        if trace.hash_offsets is None and (trace.prefix_group is None or not (trace.prefix_group >= 0).any()):
+        if not trace.shares_prompt_blocks:
             def block_ids(i: int) -> tuple[()]:
-                return ()           # (no request shares content: `prompt_block_ids` is always empty)
+                return ()           # (`prompt_block_ids` is empty for every request)
         else:
             def block_ids(i: int) -> list[int]:
                 return trace.prompt_block_ids(i, page)

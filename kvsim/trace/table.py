@@ -147,6 +147,12 @@ class Trace:
             return None
         return self.sample_values[self.sample_offsets[i]:self.sample_offsets[i + 1]].tolist()
 
+    @property
+    def shares_prompt_blocks(self) -> bool:
+        """Whether any request may share prompt blocks (block hashes, or a prefix group); when not,
+        `prompt_block_ids` is empty for every request."""
+        return self.hash_offsets is not None or (self.prefix_group is not None and bool((self.prefix_group >= 0).any()))
+
     def prompt_block_ids(self, i: int, block_size: int) -> list[int]:
         """Content ids of request i's leading full prompt blocks of `block_size` tokens that may be shared.
 
