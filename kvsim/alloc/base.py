@@ -49,6 +49,7 @@ class Snapshots:
     `FillRun`, as counts): equal to any sequence of the same `MemoryStats`, unhashable as a list."""
 
     __slots__ = ()
+    fields = MemoryStats._fields
 
     def __eq__(self, other) -> bool:
         try:
@@ -72,7 +73,6 @@ class MemoryTable(Snapshots):
     `MemoryStats`."""
 
     __slots__ = ("array",)
-    fields = MemoryStats._fields
 
     def __init__(self, array):
         self.array = array

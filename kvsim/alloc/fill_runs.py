@@ -19,7 +19,6 @@ class FillRun(Snapshots):
     `reserved`, every other field as `last`. Reads as a sequence of `MemoryStats`."""
 
     __slots__ = ("steps", "grow", "last")
-    fields = MemoryStats._fields
 
     def __init__(self, last: MemoryStats, steps: int, grow: int):
         if steps < 0 or grow < 0:
@@ -36,17 +35,17 @@ class FillRun(Snapshots):
             j += self.steps
         if not 0 <= j < self.steps:
             raise IndexError("fill run index out of range")
-        back = self.grow * (self.steps - 1 - j)
-        capacity, tokens, reserved, *rest = self.last
-        return tuple.__new__(MemoryStats, (capacity, tokens - back, reserved + back, *rest))
+        return self._before(self.grow * (self.steps - 1 - j))
 
     def __iter__(self):
-        capacity, tokens, reserved, *rest = self.last
-        make, grow = tuple.__new__, self.grow
-        if not grow:
+        if not self.grow:
             return iter([self.last] * self.steps)
-        return (make(MemoryStats, (capacity, tokens - back, reserved + back, *rest))   # (made directly)
-                for back in range(grow * (self.steps - 1), -1, -grow))
+        return map(self._before, range(self.grow * (self.steps - 1), -1, -self.grow))
+
+    def _before(self, back: int) -> MemoryStats:
+        """The snapshot `back` slots before `last` (as many fewer written, as many more reserved)."""
+        capacity, tokens, reserved, *rest = self.last
+        return tuple.__new__(MemoryStats, (capacity, tokens - back, reserved + back, *rest))   # (made directly)
 
     def __repr__(self) -> str:
         return f"FillRun({self.last!r}, steps={self.steps}, grow={self.grow})"

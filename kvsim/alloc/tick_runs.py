@@ -23,7 +23,6 @@ class TickRun(Snapshots):
 
     __slots__ = ("steps", "crossings", "capacity", "block_size", "num_blocks", "tokens", "ticking", "reach",
                  "blocks", "free", "cached", "_rows")
-    fields = MemoryStats._fields
 
     def __init__(self, steps: int, crossings: list[tuple[int, int, int, int]], capacity: int, block_size: int,
                  num_blocks: int, tokens: int, ticking: int, reach: int, blocks: int, free: int, cached: int):
