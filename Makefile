@@ -23,7 +23,7 @@ test: $(STAMP)
 
 # Regenerate every shipped report under reports/ (one line each; reports/README.md lists them). Each
 # report records the command that made it and the engine-profile set it ran with; the test
-# tests/test_report_freshness.py fails when a report is older than the profiles or its command here.
+# tests/e2e/test_report_freshness.py fails when a report is older than the profiles or its command here.
 # KVSIM="python -m kvsim.cli.app" REPORTS_DEPS= runs it without the .venv set-up.
 KVSIM ?= $(BIN)/kvsim
 REPORTS_DEPS ?= $(STAMP)
@@ -41,8 +41,8 @@ reports: $(REPORTS_DEPS)
 # release checks: allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs, the
 # 100,000-request memory ceiling, every README command (minutes)
 test-long: $(STAMP)
-	$(BIN)/python -m pytest --long tests/test_alloc_stateful.py tests/test_fuzz_cli.py tests/test_memory.py \
-		tests/test_readme_runs.py
+	$(BIN)/python -m pytest --long tests/alloc/test_stateful.py tests/cli/test_fuzz_cli.py tests/e2e/test_memory.py \
+		tests/e2e/test_readme_runs.py
 
 # Mutation testing (on demand, not in CI; tens of minutes): GROUPS="metrics alloc" limits it.
 mutate: $(STAMP)

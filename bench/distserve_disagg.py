@@ -5,7 +5,7 @@ Scenario: the first N requests (default 300) of the Azure LLM inference 2023 con
 on A100-80GB GPUs with TP 1, G GPUs (default 4) split into P prefill and D decode instances (P + D = G),
 SLO: TTFT <= 200 ms and TPOT <= 100 ms (DistServe's README example for OPT-13B), attainment target 90%.
 For each split, goodput = the highest rate (the trace's arrivals rescaled, req/s) at which at least 90% of
-requests meet both SLOs, searched the same way on both sides (`kvsim.fleet.disagg_slo.goodput`):
+requests meet both SLOs, searched the same way on both sides (`kvsim.fleet.disagg.slo.goodput`):
 - kvsim: `kvsim.fleet` disaggregation, its own cost model (vllm-v1 profile, roofline), KV limit,
   transfers over `--kv-link` (default nvlink);
 - DistServe: `DisaggCluster(N_prefill_instance=P, N_decode_instance=D)` driven by
@@ -89,9 +89,9 @@ def compare(n: int, gpus: int, link: str, rel_tol: float, peer: bool, requests=N
     arrays to use instead of the trace's first `n`; `start_rps`: where every search starts (the same
     on both sides; a start near the answer saves doubling runs); `only`: the configurations to run
     ('P:D' and/or 'coloc'; None: all), so that parts can run in parallel processes."""
-    from kvsim.fleet.disagg import DisaggConfig
-    from kvsim.fleet.disagg_slo import attainment, colocated_columns, goodput, run_disagg
-    from kvsim.fleet.kv_link import get_link
+    from kvsim.fleet.disagg.sim import DisaggConfig
+    from kvsim.fleet.disagg.slo import attainment, colocated_columns, goodput, run_disagg
+    from kvsim.fleet.disagg.kv_link import get_link
     from kvsim.trace.table import Trace, rescale_trace
 
     arrival, prompt, output = requests if requests is not None else azure_requests(n)
@@ -160,9 +160,9 @@ def attainment_at(n: int, gpus: int, link: str, rate: float, only: set[str] | No
     of each run: for traces too long for a goodput search (the whole Azure trace)."""
     import resource
 
-    from kvsim.fleet.disagg import DisaggConfig
-    from kvsim.fleet.disagg_slo import attainment, colocated_columns, run_disagg
-    from kvsim.fleet.kv_link import get_link
+    from kvsim.fleet.disagg.sim import DisaggConfig
+    from kvsim.fleet.disagg.slo import attainment, colocated_columns, run_disagg
+    from kvsim.fleet.disagg.kv_link import get_link
     from kvsim.trace.table import Trace, rescale_trace
 
     arrival, prompt, output = azure_requests(n)

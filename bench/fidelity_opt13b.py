@@ -9,8 +9,8 @@ import time
 
 import pandas as pd
 
-from kvsim.planning.paper import FULL, SETUPS, SYSTEMS, capacities
-from kvsim.planning.sweep import run_sweep
+from kvsim.planning.paper.experiments import FULL, SETUPS, SYSTEMS, capacities
+from kvsim.planning.sweep.runner import run_sweep
 
 duration = float(sys.argv[1]) if len(sys.argv) > 1 else 600.0
 profiles = sys.argv[2:] or ["vllm-2023:low", "vllm-2023:central", "vllm-2023:high"]

@@ -18,7 +18,7 @@ from kvsim.alloc import PagedAllocator
 from kvsim.alloc.hybrid import GroupSpec, HybridAllocator
 from kvsim.cost.roofline import ConstantCost
 from kvsim.engine.config import SchedulerConfig
-from kvsim.engine.scheduler import Scheduler
+from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.engine.step import Stepper
 from kvsim.trace.synthetic import generate
 

@@ -43,7 +43,7 @@ from kvsim.alloc.hybrid import GroupSpec, HybridAllocator
 from kvsim.alloc.jenga import JengaAllocator, JengaGroup
 from kvsim.cost.roofline import ConstantCost
 from kvsim.engine.config import SchedulerConfig
-from kvsim.engine.scheduler import Scheduler
+from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.engine.step import Stepper
 from kvsim.trace.table import Trace
 

@@ -39,34 +39,34 @@ QUICK_EXAMPLES = 25
 #: QUICK_EXAMPLES derandomized examples (KVSIM_QUICK_EXAMPLES) instead of 250.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "metrics": (["kvsim/engine/metrics.py"],
-                ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step_log.py",
-                 "tests/test_step_log_by_hand.py"]),
-    "scheduler": (["kvsim/engine/scheduler.py", "kvsim/engine/preemption.py"],
-                  ["tests/test_metrics_golden.py", "tests/test_engine.py", "tests/test_step.py",
-                   "tests/test_reference_engine.py", "tests/test_multi_seq_preemption.py",
-                   "tests/test_prefix_scheduler.py", "tests/test_beams.py", "tests/test_sample_lengths.py",
+                ["tests/engine/test_metrics_golden.py", "tests/engine/test_engine.py", "tests/engine/test_step_log.py",
+                 "tests/engine/test_step_log_by_hand.py"]),
+    "scheduler": (["kvsim/engine/batching/scheduler.py", "kvsim/engine/batching/preemption.py"],
+                  ["tests/engine/test_metrics_golden.py", "tests/engine/test_engine.py", "tests/engine/test_step.py",
+                   "tests/engine/test_reference_engine.py", "tests/engine/batching/test_multi_seq_preemption.py",
+                   "tests/engine/batching/test_prefix_scheduler.py", "tests/engine/batching/test_beams.py", "tests/engine/batching/test_samples.py",
                    # vLLM's own step-by-step records (stored; the live rerun is off, see _ENV) and the
                    # lazy path against the per-sequence one: preemption, swap and chunked prefill
-                   "tests/test_vllm_oracle.py", "tests/test_lazy_decode.py",
+                   "tests/vllm/test_oracle.py", "tests/engine/batching/test_lazy_decode.py",
                    # swap, preemption, chunking and admission on tiny pools, worked out by hand
-                   "tests/test_scheduler_by_hand.py"]),
+                   "tests/engine/batching/test_scheduler_by_hand.py"]),
     "alloc": (["kvsim/alloc/*"],
-              ["tests/test_alloc_contiguous.py", "tests/test_alloc_paged.py", "tests/test_alloc_prefix.py",
-               "tests/test_alloc_stateful.py", "tests/test_metrics_golden.py", "tests/test_engine.py",
+              ["tests/alloc/contiguous/test_contiguous.py", "tests/alloc/paged/test_paged.py", "tests/alloc/paged/test_prefix.py",
+               "tests/alloc/test_stateful.py", "tests/engine/test_metrics_golden.py", "tests/engine/test_engine.py",
                # beams' refork and the lazy-decode ticks are reached only by these
-               "tests/test_beams.py", "tests/test_alloc_beams_stateful.py", "tests/test_lazy_decode.py",
+               "tests/engine/batching/test_beams.py", "tests/alloc/paged/test_beams_stateful.py", "tests/engine/batching/test_lazy_decode.py",
                # by hand: fault injection into the checkers, ticks, windows, refork, placement edges
-               "tests/test_alloc_checkers.py", "tests/test_alloc_ticks.py", "tests/test_alloc_windows.py",
-               "tests/test_alloc_placement.py", "tests/test_alloc_contiguous_edges.py"]),
-    "cost": (["kvsim/cost/roofline.py"], ["tests/test_cost.py", "tests/test_cost_calibration.py",
-                                       "tests/test_cost_profiles.py"]),
+               "tests/alloc/test_checkers.py", "tests/alloc/paged/test_ticks.py", "tests/alloc/paged/test_windows.py",
+               "tests/alloc/contiguous/test_placement.py", "tests/alloc/contiguous/test_edges.py"]),
+    "cost": (["kvsim/cost/roofline.py"], ["tests/cost/test_cost.py", "tests/cost/test_calibration.py",
+                                       "tests/cost/test_roofline_profiles.py"]),
     "specs": (["kvsim/specs/model.py", "kvsim/specs/gpu.py", "kvsim/specs/presets.py",
-               "kvsim/specs/deployment.py"], ["tests/test_specs.py", "tests/test_specs_models.py",
-                                   "tests/test_specs_validation.py", "tests/test_specs_bounds.py"]),
+               "kvsim/specs/deployment.py"], ["tests/specs/test_specs.py", "tests/specs/test_models.py",
+                                   "tests/specs/test_validation.py", "tests/specs/test_bounds.py"]),
     "trace": (["kvsim/trace/formats.py", "kvsim/trace/jsonl.py", "kvsim/trace/jsonl_record.py",
                "kvsim/trace/text.py"],        # the readers, not kvsim/trace/table.py
-              ["tests/test_trace.py", "tests/test_trace_formats.py", "tests/test_trace_readers.py",
-               "tests/test_bad_input.py", "tests/test_cli_trace.py"]),
+              ["tests/trace/test_trace.py", "tests/trace/test_formats.py", "tests/trace/test_readers.py",
+               "tests/cli/test_bad_input.py", "tests/cli/commands/test_trace.py"]),
 }
 
 

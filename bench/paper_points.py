@@ -1,6 +1,6 @@
 """The `kvsim paper` runs that cost the most, one by one: this checkout against an old commit, paired.
 
-Covers: single sweep points of the paper's grids (`kvsim.planning.sweep_point.run_point`) at one-hour
+Covers: single sweep points of the paper's grids (`kvsim.planning.sweep.point.run_point`) at one-hour
 traces, one kind of run each: the Orca baselines (contiguous max / pow2 / oracle, continuous
 batching), FasterTransformer (static batching), vLLM at block sizes 1, 2 and 16, recompute against swap
 at block size 1, and the `vllm-v1` curve (prefix caching, chunked steps), all at the paper's table rates
@@ -46,7 +46,7 @@ POINTS = {
 }
 CHILD = """
 import json, sys
-from kvsim.planning.sweep_point import run_point
+from kvsim.planning.sweep.point import run_point
 row = run_point(json.loads(sys.argv[1]))
 print(json.dumps({k: v for k, v in row.items() if k not in ("wall_s", "sim_wall_s")}, sort_keys=True, default=str))
 """

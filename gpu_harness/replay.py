@@ -42,7 +42,7 @@ import torch
 from gpu_harness import layout
 from gpu_harness.replay_pool import ReplayGroup, ReplayPool, TableError
 from kvsim.alloc.hybrid import HybridAllocator
-from kvsim.alloc.paged import PagedAllocator
+from kvsim.alloc.paged.allocator import PagedAllocator
 from kvsim.engine.build import build_run
 from kvsim.engine.config import SimConfig, kv_cache_plan
 from kvsim.engine.step import Stepper

@@ -50,7 +50,7 @@ def findable_hashes(sched, cache) -> dict[int, list[int]]:
     request finished or their sample ended): no lookup can ask for those hashes (`prefix.unique_hashes`
     salts them by the sequence id, -1 - (id * 2**32 + index)), and `free_finished` parks the blocks
     nameless where the per-sequence path registers them first."""
-    from kvsim.engine.request_state import FINISHED
+    from kvsim.engine.batching.request_state import FINISHED
 
     def done(h) -> bool:
         h = h[0] if isinstance(h, tuple) else h     # (the hybrid manager's keys: (hash, group))

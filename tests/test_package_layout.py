@@ -1,10 +1,13 @@
-"""The package layout keeps its rules (issue 17): no import circle in kvsim (imports inside functions
-count), at most eight modules at the top of kvsim, none over 300 lines, the engine's step plan free of
-the allocators, only the scheduler's modules calling into `kvsim.alloc`, and no torch, triton or (in
-what the GPU harness imports) SimPy where they must not be.
+"""The package layout keeps its rules (issues 17 and 36): no import circle in kvsim (imports inside
+functions count), at most eight modules at the top of kvsim, none over 300 lines, no folder of more than 15
+modules, no three siblings sharing a name prefix (the prefix is a folder), no module repeating its
+package's name, every package's __init__ saying what it may import, tests/ mirroring the package folder by
+folder, the engine's step plan free of the allocators, only the scheduler's package calling into
+`kvsim.alloc`, and no torch, triton or (in what the GPU harness imports) SimPy where they must not be.
 
 `python -m pytest tests/test_package_layout.py -q` is the command that shows there is no circle; `import_graph`
-and `find_cycle` are checked on small graphs first so that a broken checker cannot pass silently.
+and `find_cycle` are checked on small graphs first so that a broken checker cannot pass silently; so are
+`crowded_prefixes` and `unmatched_test_folders`.
 """
 
 from __future__ import annotations
@@ -99,20 +102,98 @@ def test_at_most_eight_top_level_modules_and_none_over_300_lines():
     assert not long
 
 
+#: the most modules (besides __init__) one folder of kvsim may hold
+MAX_MODULES_PER_FOLDER = 15
+#: test folders that mirror no package: checks that drive vLLM's own code (with their drivers), and the
+#: end-to-end checks (README commands, notebooks, shipped reports, the browser)
+TEST_FOLDERS_OF_THEIR_OWN = ("vllm", "e2e")
+
+
+def folders(package: Path) -> list[Path]:
+    """Every package folder under (and including) `package`."""
+    return [package, *sorted(p.parent for p in package.rglob("*/__init__.py"))]
+
+
+def siblings(folder: Path) -> list[str]:
+    """The names of a folder's modules (no __init__) and subpackages."""
+    return sorted([p.stem for p in folder.glob("*.py") if p.name != "__init__.py"]
+                  + [p.name for p in folder.iterdir() if (p / "__init__.py").is_file()])
+
+
+def crowded_prefixes(names: list[str]) -> dict[str, list[str]]:
+    """{prefix: names} for every first word (up to the first underscore) that three or more names share."""
+    by_prefix: dict[str, list[str]] = {}
+    for n in names:
+        by_prefix.setdefault(n.split("_")[0], []).append(n)
+    return {k: v for k, v in by_prefix.items() if len(v) >= 3}
+
+
+def unmatched_test_folders(tests: Path, packages: list[Path]) -> list[str]:
+    """Folders under `tests` (data and __pycache__ aside) whose path names no package folder of `packages`
+    (`tests/alloc/hybrid` <-> `kvsim/alloc/hybrid`; `tests/gpu_harness` <-> `gpu_harness`)."""
+    known = set()
+    for top in packages:
+        for f in folders(top):
+            rel = f.relative_to(top)
+            if top.name != "kvsim":
+                known.add(top.name if rel == Path(".") else f"{top.name}/{rel}")
+            elif rel != Path("."):
+                known.add(str(rel))
+    out = []
+    for d in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = d.relative_to(tests)
+        if rel.parts[0] in ("data", *TEST_FOLDERS_OF_THEIR_OWN) or "__pycache__" in rel.parts:
+            continue
+        if str(rel) not in known:
+            out.append(str(rel))
+    return out
+
+
+def test_layout_checkers_on_made_up_names(tmp_path):
+    assert crowded_prefixes(["rate", "rate_bounds", "runs"]) == {}
+    assert crowded_prefixes(["rate", "rate_bounds", "rate_runs", "sweep"]) == {"rate": ["rate", "rate_bounds",
+                                                                                     "rate_runs"]}
+    pkg = tmp_path / "kvsim"
+    (pkg / "alloc" / "paged").mkdir(parents=True)
+    for d in (pkg, pkg / "alloc", pkg / "alloc" / "paged"):
+        (d / "__init__.py").write_text("")
+    (tmp_path / "tests" / "alloc" / "paged").mkdir(parents=True)
+    (tmp_path / "tests" / "alloc" / "hybrid").mkdir()
+    (tmp_path / "tests" / "e2e").mkdir()
+    assert siblings(pkg / "alloc") == ["paged"]
+    assert unmatched_test_folders(tmp_path / "tests", [pkg]) == ["alloc/hybrid"]
+
+
+def test_no_crowded_folder_and_no_shared_prefix():
+    for folder in folders(ROOT / "kvsim"):
+        names = siblings(folder)
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        where = folder.relative_to(ROOT)
+        assert len(modules) <= MAX_MODULES_PER_FOLDER, f"{where} holds {len(modules)} modules"
+        assert not crowded_prefixes(names), f"{where}: a shared prefix is a folder: {crowded_prefixes(names)}"
+        assert not [n for n in names if n != folder.name and n.startswith(folder.name + "_")], \
+            f"{where}: a module repeats its package's name"
+
+
+def test_tests_mirror_the_package():
+    assert unmatched_test_folders(ROOT / "tests", [ROOT / "kvsim", ROOT / "gpu_harness"]) == []
+
+
 def test_every_subpackage_says_what_it_holds():
-    for init in (ROOT / "kvsim").glob("*/__init__.py"):
+    for init in (ROOT / "kvsim").glob("*/**/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and "import" in doc.lower(), f"{init.relative_to(ROOT)} has no docstring saying what it may import"
 
 
 def test_only_the_scheduler_reaches_the_allocators():
-    """Inside kvsim.engine only the scheduler's modules call an allocator (`build` makes one, `config`
-    names the kinds); the step plan, the SimPy loop and the metrics know none."""
+    """Inside kvsim.engine only the scheduler's modules (in `kvsim.engine.batching`) call an allocator
+    (`build` makes one, `config` names the kinds); the step plan, the SimPy loop, the metrics and the
+    other batching policies know none."""
     graph = import_graph(ROOT / "kvsim")
     users = {m for m, deps in graph.items() if m.startswith("kvsim.engine.")
              and any(d == "kvsim.alloc" or d.startswith("kvsim.alloc.") for d in deps)}
-    assert users <= {"kvsim.engine.scheduler", "kvsim.engine.request_state", "kvsim.engine.lazy_decode",
-                     "kvsim.engine.build", "kvsim.engine.config"}, users
+    assert users <= {"kvsim.engine.batching.scheduler", "kvsim.engine.batching.request_state",
+                     "kvsim.engine.batching.lazy_decode", "kvsim.engine.build", "kvsim.engine.config"}, users
     assert "kvsim.engine.step" not in users
 
 

@@ -9,10 +9,10 @@ one), as vLLM's block manager is the scheduler's alone.
 
 from __future__ import annotations
 
-from .base import AllocationError, Allocator, MemoryStats
-from .contiguous import PLACEMENTS, RESERVE_POLICIES, ContiguousAllocator
-from .paged import PagedAllocator
-from .prefix import chain_hashes
+from kvsim.alloc.base import AllocationError, Allocator, MemoryStats
+from kvsim.alloc.contiguous.allocator import PLACEMENTS, RESERVE_POLICIES, ContiguousAllocator
+from kvsim.alloc.paged.allocator import PagedAllocator
+from kvsim.alloc.paged.prefix import chain_hashes
 
 ALLOCATORS = ("paged", "contiguous")   # what a run's `CacheConfig.allocator` may name
 
@@ -32,13 +32,13 @@ def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_se
     `groups` (JengaGroups, each with its page bytes), ignoring `capacity_tokens`, else as "hybrid".
     `cpu_tier_blocks`: paged with prefix caching only, a CPU tier of that many blocks (`cpu_tier`)."""
     if kind == "jenga":
-        from .jenga import JengaAllocator
+        from kvsim.alloc.jenga import JengaAllocator
         if not groups or pool_bytes < 1:
             raise ValueError("the jenga allocator needs pool_bytes >= 1 and its groups (groups=[JengaGroup, ...])")
         return JengaAllocator(pool_bytes, block_size, groups, max_seq_len, max_in_flight_tokens,
                               prefill_chunk_tokens, prefix_caching)
     if kind == "hybrid":
-        from .hybrid import HybridAllocator
+        from kvsim.alloc.hybrid import HybridAllocator
         if not groups:
             raise ValueError("the hybrid allocator needs its KV cache groups (groups=[GroupSpec, ...])")
         return HybridAllocator(capacity_tokens // block_size, block_size, groups, max_seq_len,

@@ -69,7 +69,7 @@ class Snapshots:
 class MemoryTable(Snapshots):
     """The snapshots of consecutive steps as one table: `array` (numpy int64, one row per step, columns
     `MemoryStats._fields`), what a static batch's window of several segments gives
-    (kvsim/engine/static_batching.py); the engine's step log folds it whole. Reads as a sequence of
+    (kvsim/engine/batching/static.py); the engine's step log folds it whole. Reads as a sequence of
     `MemoryStats`."""
 
     __slots__ = ("array",)

@@ -16,11 +16,11 @@ import typer
 
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
-from kvsim.engine.beams import BEAM_DEATH_RATE
-from kvsim.cli.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
+from kvsim.engine.batching.beams import BEAM_DEATH_RATE
+from kvsim.cli.commands.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
                              fleet_config, print_fleet, run_one, steps_files)
 from kvsim.cli.lazy import RootGroup
-from kvsim.cli.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
+from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
 from kvsim.cli.options import HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
 from kvsim.cli.vllm_args import VllmCommand
@@ -166,15 +166,15 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
-    from kvsim.planning.ledger import json_summary
-    from kvsim.cli.trace import load_trace_checked
+    from kvsim.planning.reports.ledger import json_summary
+    from kvsim.cli.commands.trace import load_trace_checked
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.trace.formats import load_trace
 
     steps_csv = None
     try:
         fleet = fleet_config(replicas, router, bal_abs, bal_rel, cache_thr)
-        steps_csv = steps_files(out, fleet)      # steps.csv, or each replica's (kvsim.cli.fleet)
+        steps_csv = steps_files(out, fleet)      # steps.csv, or each replica's (kvsim.cli.commands.fleet)
         if out is not None:
             check_output_folder(out, "--out")
         if json_out is not None:
@@ -189,8 +189,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
-        if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.disagg
-            from kvsim.cli.disagg import run_disaggregated
+        if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.commands.disagg
+            from kvsim.cli.commands.disagg import run_disaggregated
             return run_disaggregated(cfg, trace, lambda: load_trace(trace, trace_format), max_requests,
                                      prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link,
                                      ttft_slo, tpot_slo, json_out, quiet, out)
@@ -203,7 +203,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
             tr = tr.head(min(max_requests, len(tr)))
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
-            result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.fleet)
+            result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.commands.fleet)
     except BaseException as exc:   # bad input, Ctrl-C or a bug: no half-written steps.csv is left
         if steps_csv is not None:
             steps_csv.discard()
@@ -253,10 +253,10 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     models with sliding-window, chunked or Mamba layers also every layer paged as full attention and
     Jenga's allocator)."""
     from kvsim.cli.output import Progress, error, print_comparison, print_startup
-    from kvsim.cli.trace import load_trace_checked
+    from kvsim.cli.commands.trace import load_trace_checked
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
-    from kvsim.planning.ledger import json_summary
+    from kvsim.planning.reports.ledger import json_summary
 
     summaries, written = {}, {}
     try:

@@ -3,7 +3,7 @@
 typer turns each registered command into a click command when the program starts, reading every
 parameter's annotation; for ten commands that costs more than the rest of `kvsim --help`. The commands in
 `LAZY` are not registered with typer: `LazyGroup` lists them, shows their one-line help from the table,
-and imports and converts one only when it is run or asked for its own help. `tests/test_cli_imports.py`
+and imports and converts one only when it is run or asked for its own help. `tests/cli/test_imports.py`
 checks that each table line matches the command it stands for.
 """
 
@@ -30,37 +30,37 @@ class LazyCommand:
 #: name -> command, in the order `kvsim --help` lists them around the eager `run` and `compare`.
 LAZY: dict[str, LazyCommand] = {
     "calibrate-engine": LazyCommand(
-        "kvsim.cli.calibrate:calibrate_engine",
+        "kvsim.cli.commands.calibrate:calibrate_engine",
         "Fit CPU seconds per step = fixed + per-sequence x batch size to measured step times."),
     "capacity": LazyCommand(
-        "kvsim.cli.plan:capacity",
+        "kvsim.cli.commands.plan:capacity",
         "How much fits: KV cache size (tokens, blocks) and concurrency per allocator; with --slo the highest "
         "rate (req/s) meeting it, its latency-against-rate curve and what limits it; with --gpus-for the GPUs."),
     "sweep": LazyCommand(
-        "kvsim.cli.sweep:sweep",
+        "kvsim.cli.commands.sweep:sweep",
         "Run a grid of configurations on TRACE or a --preset: one row per run (every config field and "
         "summary metric; failed runs with their error) in Parquet and CSV, written as runs finish."),
     "tune-block-size": LazyCommand(
-        "kvsim.cli.report:tune_block_size_cmd",
+        "kvsim.cli.commands.report:tune_block_size_cmd",
         "Recommend a paged block size (tokens) for a workload: waste and capacity (tokens/s) against the "
         "paged kernel's gather cost and block bookkeeping (% of a step), one row per block size."),
     "report": LazyCommand(
-        "kvsim.cli.report:report_cmd",
+        "kvsim.cli.commands.report:report_cmd",
         "A capacity-planning report (Markdown + self-contained HTML with figures): the memory breakdown per "
         "allocator, batch size and KV usage over time, latency against rate, waste and throughput against "
         "block size, and preemptions; from a trace and deployment, or from a sweep table."),
     "paper": LazyCommand(
-        "kvsim.cli.studies:paper_cmd",
+        "kvsim.cli.commands.studies:paper_cmd",
         "The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate "
         "per system, memory breakdown, batched requests, block size, recompute against swap; our numbers beside "
         "the published ones."),
     "hybrid-study": LazyCommand(
-        "kvsim.cli.studies:hybrid_study_cmd",
+        "kvsim.cli.commands.studies:hybrid_study_cmd",
         "Hybrid models (gpt-oss, Gemma 3, Llama 4) under uniform pages, vLLM's hybrid KV cache manager and "
         "contiguous reservations: start-up figures, simulated batch and KV per request; Jenga's published "
         "figures beside ours."),
     "trace": LazyCommand(
-        "kvsim.cli.trace:trace_app",
+        "kvsim.cli.commands.trace:trace_app",
         "Make, convert and describe request traces (JSONL, one request per line)."),
     "harness": LazyCommand(
         "gpu_harness.cli:harness_app",

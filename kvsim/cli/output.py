@@ -206,7 +206,7 @@ def print_startup(cfg) -> None:
     per_request = -(-max_len // block) * block if paged else max_len
     prefix = ", prefix caching" if resolved.cache.prefix_caching else ""
     console.print(f"INFO engine profile {profile.name}: {policy}{chunked}{prefix}, {cpu}", highlight=False)
-    from kvsim.planning.ledger import ledger_lines, memory_ledger
+    from kvsim.planning.reports.ledger import ledger_lines, memory_ledger
     for line in ledger_lines(memory_ledger(cfg))[:3]:        # weights, memory split, KV memory
         console.print(f"INFO {line}", highlight=False)
     if print_hybrid_startup(cfg, capacity):

@@ -65,7 +65,7 @@ class CappedAttention:
 
     def time_reads(self, prefills: Iterable[tuple[int, int]], reads: Sequence[int]) -> float:
         """`time` from the decodes' reads per group (the sum of `read(context) x sequences`, KV tokens per
-        layer): the same seconds, for callers that keep those sums (kvsim/engine/capped_reads.py)."""
+        layer): the same seconds, for callers that keep those sums (kvsim/engine/batching/capped_reads.py)."""
         prefills = list(prefills)
         total = 0.0
         for g, read in zip(self.groups, reads):

@@ -71,7 +71,7 @@ class EngineProfile:
     the batch's longest sequence; worker `_prepare_inputs`) or "persistent" (V1: new blocks appended to a
     persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py);
     scheduler_defaults: the batch limits a run takes without --max-num-seqs / --max-num-batched-tokens,
-    "vllm-v1" (per GPU, as `vllm serve`) or "fixed" (256 and 8192; `kvsim.engine.batch_defaults`)."""
+    "vllm-v1" (per GPU, as `vllm serve`) or "fixed" (256 and 8192; `kvsim.engine.batching.defaults`)."""
 
     name: str
     separate_prefill: bool = False

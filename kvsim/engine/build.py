@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvsim.alloc import make_allocator
-from kvsim.alloc.contiguous_groups import GroupedContiguousAllocator, GroupShare
+from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
 from kvsim.engine.config import SimConfig, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
-from kvsim.engine.scheduler import Scheduler
+from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, KVCachePlan
 from kvsim.specs.model import GIB
-from kvsim.engine.static_batching import StaticScheduler
+from kvsim.engine.batching.static import StaticScheduler
 from kvsim.trace.table import Trace
 
 if TYPE_CHECKING:      # (the hybrid manager's package is imported only by runs that build one)
@@ -168,7 +168,7 @@ def _kv_bytes_per_gpu(cfg: SimConfig) -> int:
 
 
 def grouped_contiguous_allocator(cfg: SimConfig) -> GroupedContiguousAllocator:
-    """Contiguous reservations per layer group (`kvsim.alloc.contiguous_groups`) over one GPU's KV bytes:
+    """Contiguous reservations per layer group (`kvsim.alloc.contiguous.groups`) over one GPU's KV bytes:
     full and MLA layers keep the reservation's every token, sliding layers their window, chunked layers
     their chunk, Mamba layers their state; slots of the gcd of those byte sizes."""
     from math import gcd

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.alloc import ALLOCATORS
-from kvsim.engine.batch_defaults import FIXED, batch_limits
-from kvsim.engine.beams import BEAM_DEATH_RATE
-from kvsim.engine.samples import SAMPLE_LENGTHS
+from kvsim.engine.batching.defaults import FIXED, batch_limits
+from kvsim.engine.batching.beams import BEAM_DEATH_RATE
+from kvsim.engine.batching.samples import SAMPLE_LENGTHS
 from kvsim.cost.calibration import Calibration
 from kvsim.cost.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
 from kvsim.specs import GIB, Deployment
@@ -20,7 +20,7 @@ from kvsim.specs.kv_groups import KVCachePlan, plan_kv_cache
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Batching limits and policies (`batching`: continuous|static; `preemption`: recompute|swap).
-    `static` runs `kvsim.engine.static_batching.StaticScheduler` instead (chosen by `build_run`).
+    `static` runs `kvsim.engine.batching.static.StaticScheduler` instead (chosen by `build_run`).
     `swap_multi_seq`: requests with more than one sequence (n > 1, beams) are preempted by swap even
     under recompute (vLLM 2023: diverged samples cannot be recomputed as one prompt); recomputing them
     re-prefills the prompt once and each sample's own outputs (docs/sharing.md).
@@ -29,9 +29,9 @@ class SchedulerConfig:
     `beam_death_rate`: probability that a beam of a beam-search request dies at a decode step and is
     replaced by a fork of a surviving beam (docs/sharing.md); 0 makes beams plain parallel samples.
     `sample_lengths`: equal (every sample runs to the request's output length) or uniform (the other
-    samples of a request stop earlier, `kvsim.engine.samples`); a trace's `output_tokens_per_sample` wins.
+    samples of a request stop earlier, `kvsim.engine.batching.samples`); a trace's `output_tokens_per_sample` wins.
     `max_num_seqs`, `max_batched_tokens` None: the engine profile's defaults for the GPU (vllm-v1: vLLM
-    V1's per-GPU defaults; `kvsim.engine.batch_defaults`), filled by `SimConfig.resolved`."""
+    V1's per-GPU defaults; `kvsim.engine.batching.defaults`), filled by `SimConfig.resolved`."""
 
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
@@ -139,7 +139,7 @@ class SimConfig:
 
     def batch_limits(self, profile: EngineProfile | None = None, chunked: bool | None = None) -> tuple[int, int]:
         """(max_num_seqs, max_batched_tokens) of this run: the flags given, else the engine profile's
-        defaults for the GPU and the model's maximum length (`kvsim.engine.batch_defaults`)."""
+        defaults for the GPU and the model's maximum length (`kvsim.engine.batching.defaults`)."""
         profile = profile or self.profile()
         sched, dep = self.scheduler, self.deployment
         if chunked is None:

@@ -20,7 +20,7 @@ from typing import Callable
 import simpy
 
 from kvsim.engine.metrics import StepLog
-from kvsim.engine.scheduler import Scheduler
+from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.engine.step import Stepper
 
 

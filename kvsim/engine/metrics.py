@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from kvsim.engine.quantiles import percentiles
-from kvsim.engine.request_state import FINISHED, REJECTED
+from kvsim.engine.batching.request_state import FINISHED, REJECTED
 from kvsim.engine.step import LIMITS
 
 #: `limited_by`: what held waiting requests back after the step (0 none or nothing waiting,

@@ -2,7 +2,7 @@
 'linear' method: the value at virtual index (n - 1) x q / 100 of the sorted values, interpolated by its
 `_lerp`, from the upper neighbour when the fraction is 0.5 or more), bit for bit, without its first call's
 cost: that call imports numpy's masked arrays and `inspect` (about 8 ms on this machine, a sixtieth of a
-3,000-request `kvsim run`). Checked against `numpy.percentile` in tests/test_quantiles.py.
+3,000-request `kvsim run`). Checked against `numpy.percentile` in tests/engine/test_quantiles.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ engine is (`kvsim.engine.build.build_run`), and a router process in one SimPy en
 
 The router process hands each arrival to the replica its policy picks (kvsim/fleet/router.py) at the
 time and in the order the single engine's own arrivals would be queued (`kvsim.engine.loop`): with one
-replica the run is the single engine's, step for step (tests/test_fleet.py).
+replica the run is the single engine's, step for step (tests/fleet/test_fleet.py).
 """
 
 from __future__ import annotations

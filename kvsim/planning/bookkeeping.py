@@ -99,7 +99,7 @@ def measure(num_seqs: int = 64, blocks_per_seq: int = 64, repeats: int = 5) -> B
     >>> kvsim.measure_bookkeeping(num_seqs=4, blocks_per_seq=8, repeats=1).entry_s > 0
     True
     """
-    from kvsim.alloc.paged import PagedAllocator
+    from kvsim.alloc.paged.allocator import PagedAllocator
 
     best_alloc, best_entry = math.inf, math.inf
     for _ in range(repeats):

@@ -39,7 +39,7 @@ def _pow2_ceil(x: np.ndarray) -> np.ndarray:
 
 
 def reserved_slots(policy: str, prompt: np.ndarray, final: np.ndarray, max_len: int) -> np.ndarray:
-    """`kvsim.alloc.contiguous.reservation` over arrays: slots reserved at admission for prompts of
+    """`kvsim.alloc.contiguous.allocator.reservation` over arrays: slots reserved at admission for prompts of
     `prompt` tokens that peak at `final` slots."""
     if policy == "max":
         return np.maximum(max_len, final)

@@ -10,8 +10,8 @@ A run is identified by everything that decides its result and nothing else (`poi
   the point's cut and rescaling (`max_requests`, `rate`, `time_scale`, `duration_s`), and where the
   run may stop (`stop_above_s_per_token`: a run stopped early is not the whole run);
 - the fleet and disaggregation keys of the point;
-- the engine-profile fingerprint (`kvsim.planning.provenance.profile_fingerprint`).
-What a hit returns is the pair of column sets `kvsim.planning.sweep.run_point` merges into a row (the
+- the engine-profile fingerprint (`kvsim.planning.reports.provenance.profile_fingerprint`).
+What a hit returns is the pair of column sets `kvsim.planning.sweep.runner.run_point` merges into a row (the
 configuration's and the summary's), so the row built from it is the row the run would have made
 (its `wall_s` and `sim_wall_s` are the original run's). Failed runs are not kept.
 
@@ -63,7 +63,7 @@ def trace_digest(trace: Trace) -> str:
 
 
 def _workload_id(point: Mapping[str, Any], trace: Trace | None) -> tuple:
-    """What decides the trace `kvsim.planning.sweep.workload` builds for `point` (as it reads it)."""
+    """What decides the trace `kvsim.planning.sweep.runner.workload` builds for `point` (as it reads it)."""
     def num(key: str) -> float | None:
         v = point.get(key)
         return None if v is None else float(v)
@@ -84,9 +84,9 @@ def _workload_id(point: Mapping[str, Any], trace: Trace | None) -> tuple:
 def point_key(point: Mapping[str, Any], trace: Trace | None) -> str | None:
     """The key of `point`'s run (`trace`: the trace it replays, None for a preset); None when the point
     cannot be keyed (its flags are refused: it runs and fails as a row of its own) or sharing is off."""
-    from kvsim.planning.provenance import profile_fingerprint
+    from kvsim.planning.reports.provenance import profile_fingerprint
     from kvsim.planning.runs import make_config
-    from kvsim.planning.sweep_grid import DISAGG_KEYS, WORKLOAD_KEYS
+    from kvsim.planning.sweep.grid import DISAGG_KEYS, WORKLOAD_KEYS
     from kvsim.fleet.config import FLEET_FLAGS
 
     if not _ENABLED[0]:
@@ -128,7 +128,7 @@ def keep_run(flags: Mapping[str, Any], trace: Trace, summary: dict) -> None:
     the sweep point of those flags on that trace would have made it: the configuration's columns are
     those of the point's flags as a grid reads them (`grid_points`)."""
     from kvsim.planning.runs import config_row, make_config, summary_row
-    from kvsim.planning.sweep_grid import grid_points
+    from kvsim.planning.sweep.grid import grid_points
 
     if not _ENABLED[0]:
         return

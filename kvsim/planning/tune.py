@@ -35,7 +35,7 @@ from kvsim.cost.profiles import CPU_VARIANTS, VARIANTS
 from kvsim.cost.roofline import CostModel
 from kvsim.planning.bookkeeping import Bookkeeping
 from kvsim.planning.runs import capacity_tokens, make_config
-from kvsim.planning.sweep import run_sweep
+from kvsim.planning.sweep.runner import run_sweep
 from kvsim.engine.sim import SimResult, simulate
 from kvsim.trace.table import Trace
 

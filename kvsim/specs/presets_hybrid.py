@@ -2,7 +2,7 @@
 (gpt-oss, Gemma 3), chunked local (Llama 4), multi-head latent attention (DeepSeek-V3) and linear
 attention / Mamba (Qwen3-Next, Nemotron-H). Every shape is its Hugging Face config.json's (repo id
 cited); parameter counts are the model cards' (or technical reports'). tests/data/hf_configs/ holds
-the same config.json fields and tests/test_specs_hybrid.py checks that reading them gives these specs.
+the same config.json fields and tests/specs/test_hybrid.py checks that reading them gives these specs.
 """
 
 from __future__ import annotations

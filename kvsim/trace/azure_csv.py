@@ -12,7 +12,7 @@ every unusual-but-valid file stays exactly as it was.
 Seconds are computed as pandas computes them (`(stamps - stamps[0]).dt.total_seconds()`, pandas 3.1:
 integer seconds plus the sub-second residual / ticks per second), from nanosecond ticks; the division
 of an exact residual by an exact power of ten rounds the same at every tick unit, so the result is
-bit-identical to the pandas path (tests/test_trace_azure_fast.py checks it against pandas on every
+bit-identical to the pandas path (tests/trace/test_azure_fast.py checks it against pandas on every
 shipped Azure file). Spans of 2**53 ns (104 days) or more go to pandas (its extra rounding guard).
 """
 

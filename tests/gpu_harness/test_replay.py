@@ -12,7 +12,7 @@ from gpu_harness import replay as replay_mod
 from gpu_harness.cli import harness_app
 from gpu_harness.replay import TINY, replay
 from kvsim.cli.app import app as kvsim_app
-from kvsim.alloc.paged import PagedAllocator
+from kvsim.alloc.paged.allocator import PagedAllocator
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu, get_model

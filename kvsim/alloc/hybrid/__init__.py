@@ -12,12 +12,12 @@ Supported: chunked prefill, recompute preemption, automatic prefix caching (not 
 the engine's fast-forward windows. Refused with ValueError: more than one sequence per request (parallel
 samples, beam search: `peak_slots`, `fork`). Not vLLM's: swap preemption (vLLM V1 has none; a swap-in
 allocates a whole context at once, when `can_hold` says it fits). Lazy decode ticks (`can_tick`, the
-scheduler's lazy decode steps: kvsim/engine/lazy_decode.py) are exact, as the paged allocator's.
+scheduler's lazy decode steps: kvsim/engine/batching/lazy_decode.py) are exact, as the paged allocator's.
 """
 
 from __future__ import annotations
 
-from .allocator import HybridAllocator
-from .groups import KINDS, NULL_BLOCK, GroupSpec
+from kvsim.alloc.hybrid.allocator import HybridAllocator
+from kvsim.alloc.hybrid.groups import KINDS, NULL_BLOCK, GroupSpec
 
 __all__ = ["KINDS", "NULL_BLOCK", "GroupSpec", "HybridAllocator"]

@@ -11,9 +11,9 @@ blocks are never externally fragmented (0), free blocks belong to no group.
 
 from __future__ import annotations
 
-from ..base import MemoryStats, grouped_record
-from .groups import NULL_BLOCK
-from .sequences import GroupedSequences
+from kvsim.alloc.base import MemoryStats, grouped_record
+from kvsim.alloc.hybrid.groups import NULL_BLOCK
+from kvsim.alloc.hybrid.sequences import GroupedSequences
 
 
 class HybridAccounting(GroupedSequences):

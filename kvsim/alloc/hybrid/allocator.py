@@ -32,13 +32,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..base import AllocationError
-from ..prefix import PrefixCache
-from .accounting import HybridAccounting
-from .groups import NULL_BLOCK, GroupSpec, make_rules
-from .prefix import HybridPrefix
-from .ticks import HybridTicks
-from .windows import HybridWindows
+from kvsim.alloc.base import AllocationError
+from kvsim.alloc.paged.prefix import PrefixCache
+from kvsim.alloc.hybrid.accounting import HybridAccounting
+from kvsim.alloc.hybrid.groups import NULL_BLOCK, GroupSpec, make_rules
+from kvsim.alloc.hybrid.prefix import HybridPrefix
+from kvsim.alloc.hybrid.ticks import HybridTicks
+from kvsim.alloc.hybrid.windows import HybridWindows
 
 
 @dataclass(slots=True)
@@ -165,7 +165,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
                  seq_id: int | None = None) -> bool:
         """Whether `allocate(seq_id, num_tokens, ..., block_hashes, hold_tokens)` fits now (vLLM's
         per-step check of `allocate_slots`: the blocks of the tokens this step computes, hits counted).
-        The scheduler asks it after `can_allocate` (kvsim/engine/scheduler.py `_admit`)."""
+        The scheduler asks it after `can_allocate` (kvsim/engine/batching/scheduler.py `_admit`)."""
         if self._cache is None:
             return sum(r.entries_for(hold_tokens) for r in self.rules) <= self.num_free_blocks
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)

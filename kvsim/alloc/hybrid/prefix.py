@@ -8,7 +8,7 @@ serve (`find_hits`): groups of equal spec are looked up together, full attention
 (`rules.find_hit`) shortens the candidate until all agree (one pass for one full + one other group);
 a sliding window needs only its last cdiv(window - 1, block_size) blocks, a chunked group only the
 current chunk's. Hashes: the trace's chained content ids for shareable prompt blocks, then blocks keyed
-by the sequence id (kvsim/alloc/prefix.py `unique_hashes`), as the paged allocator does.
+by the sequence id (kvsim/alloc/paged/prefix.py `unique_hashes`), as the paged allocator does.
 Freed cached blocks stay cached at the end of the free queue (evicted least recently freed first);
 uncached ones go to its front (vLLM 0.33's `BlockPool.free_blocks`). Mamba groups are refused with
 prefix caching (vLLM needs its "align" Mamba cache mode for that).
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..prefix import chain_hashes, unique_hashes
-from .groups import NULL_BLOCK
+from kvsim.alloc.paged.prefix import chain_hashes, unique_hashes
+from kvsim.alloc.hybrid.groups import NULL_BLOCK
 
 
 class HybridPrefix:

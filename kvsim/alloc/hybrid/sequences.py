@@ -6,7 +6,7 @@ which keep `_seqs` (id -> a sequence with `tables` and `tokens`) and `prefill_ch
 
 from __future__ import annotations
 
-from ..base import AllocationError
+from kvsim.alloc.base import AllocationError
 
 
 class GroupedSequences:

@@ -1,4 +1,4 @@
-"""Lazy decode ticks of the hybrid allocator (the scheduler's lazy decode steps, kvsim/engine/lazy_decode.py):
+"""Lazy decode ticks of the hybrid allocator (the scheduler's lazy decode steps, kvsim/engine/batching/lazy_decode.py):
 a tick grows every ticking sequence by one token and touches only those at one of their events (`_Seq.event`,
 kvsim/alloc/hybrid/windows.py: the next one-token growth frees blocks that left a window, takes a block or
 registers a full block in the prefix cache), in the order they started ticking (the batch's order), so the
@@ -13,15 +13,15 @@ another way stops its ticking (`_untick`: its filed entry goes stale and is skip
 With a prefix cache, a ticking sequence's filled blocks are registered at its next event or when it is
 brought up to date, not as each fills (so filling a block is no event of its own while it ticks, and its
 `event` leaves that out: `_set_event`). Every block it fills while decoding is past its prompt's shareable
-blocks, so its hash is salted by the sequence (kvsim/alloc/prefix.py `unique_hashes`): no other
+blocks, so its hash is salted by the sequence (kvsim/alloc/paged/prefix.py `unique_hashes`): no other
 sequence's lookup can find it, it is registered before any window drops it or the sequence is freed (and
 parked, then, as the per-sequence path parks it), and the cache shows the same contents to every reader.
 """
 
 from __future__ import annotations
 
-from ..base import AllocationError, JoinsEach, MemoryStats
-from .groups import NEVER, NULL_BLOCK
+from kvsim.alloc.base import AllocationError, JoinsEach, MemoryStats
+from kvsim.alloc.hybrid.groups import NEVER, NULL_BLOCK
 
 
 class HybridTicks(JoinsEach):

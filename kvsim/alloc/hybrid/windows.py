@@ -12,8 +12,8 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Sequence
 
-from ..base import MemoryStats
-from .groups import NEVER
+from kvsim.alloc.base import MemoryStats
+from kvsim.alloc.hybrid.groups import NEVER
 
 
 class HybridWindows:

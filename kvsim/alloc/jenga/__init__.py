@@ -11,7 +11,7 @@ prefix-subset evictor (whole idle large pages first): `cache` (kvsim/alloc/jenga
 
 from __future__ import annotations
 
-from .allocator import JengaAllocator
-from .spec import JengaGroup, PoolLayout, groups_from_layers, plan_pool
+from kvsim.alloc.jenga.allocator import JengaAllocator
+from kvsim.alloc.jenga.spec import JengaGroup, PoolLayout, groups_from_layers, plan_pool
 
 __all__ = ["JengaAllocator", "JengaGroup", "PoolLayout", "groups_from_layers", "plan_pool"]

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..base import MemoryStats, with_groups
-from ..hybrid import NULL_BLOCK
-from ..hybrid.sequences import GroupedSequences
+from kvsim.alloc.base import MemoryStats, with_groups
+from kvsim.alloc.hybrid import NULL_BLOCK
+from kvsim.alloc.hybrid.sequences import GroupedSequences
 
 
 class JengaAccounting(GroupedSequences):

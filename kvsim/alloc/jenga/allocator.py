@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..base import AllocationError
-from ..hybrid import NULL_BLOCK
-from ..hybrid.groups import make_rules
-from .accounting import JengaAccounting
-from .cache import JengaPrefix, PageCache
-from .pool import LargePagePool
-from .spec import JengaGroup, plan_pool
+from kvsim.alloc.base import AllocationError
+from kvsim.alloc.hybrid import NULL_BLOCK
+from kvsim.alloc.hybrid.groups import make_rules
+from kvsim.alloc.jenga.accounting import JengaAccounting
+from kvsim.alloc.jenga.cache import JengaPrefix, PageCache
+from kvsim.alloc.jenga.pool import LargePagePool
+from kvsim.alloc.jenga.spec import JengaGroup, plan_pool
 
 
 @dataclass(slots=True)

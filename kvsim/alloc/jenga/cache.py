@@ -32,9 +32,9 @@ from __future__ import annotations
 import heapq
 from typing import Sequence
 
-from ..hybrid.groups import NULL_BLOCK
-from ..hybrid.prefix import HybridPrefix
-from ..prefix import unique_hashes
+from kvsim.alloc.hybrid.groups import NULL_BLOCK
+from kvsim.alloc.hybrid.prefix import HybridPrefix
+from kvsim.alloc.paged.prefix import unique_hashes
 
 
 class PageCache:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from math import gcd, lcm
 from typing import Sequence
 
-from ..hybrid import GroupSpec
+from kvsim.alloc.hybrid import GroupSpec
 
 
 @dataclass(frozen=True, slots=True)

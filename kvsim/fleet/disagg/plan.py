@@ -1,0 +1,140 @@
+"""Planning with disaggregation: a disaggregated configuration from flat flags (the CLI's and a sweep
+point's), one sweep row of a disaggregated run, and the P:D split search of
+`kvsim capacity --gpus-for R --disagg`: for each TP degree and each GPU count (fewest first), every
+split P + D of the instances simulated at rate R against the SLO attainment target, beside colocated
+replicas of today's engine on the same GPUs. The smallest GPU count at which a split (or colocation)
+meets the target answers; among its passing splits the best has the highest attainment.
+
+Rates in req/s, SLOs in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from kvsim.engine.config import SimConfig
+from kvsim.fleet.disagg.sim import DisaggConfig
+from kvsim.fleet.disagg.slo import attainment, colocated_columns, disagg_summary, goodput, run_disagg
+from kvsim.fleet.disagg.kv_link import get_link
+from kvsim.trace.table import Trace, rescale_trace
+
+#: Sweep grid keys of a disaggregated run (a point with `prefill_replicas` or `decode_replicas` runs one).
+DISAGG_KEYS = ("prefill_replicas", "decode_replicas", "prefill_tp", "decode_tp", "kv_link", "ttft_slo",
+               "tpot_slo")
+
+
+def disagg_config(cfg: SimConfig, prefill_replicas: int | None, decode_replicas: int | None,
+                  prefill_tp: int | None = None, decode_tp: int | None = None,
+                  kv_link: str = "nvlink") -> DisaggConfig:
+    """P prefill and D decode instances of `cfg` (each side's TP, default `cfg`'s) over `kv_link`;
+    ValueError naming the flag when one is wrong or missing."""
+    if prefill_replicas is None:
+        raise ValueError("--decode-replicas needs --prefill-replicas (a P:D split needs a prefill side)")
+    if decode_replicas is None:
+        raise ValueError("--prefill-replicas needs --decode-replicas >= 1 (a P:D split needs a decode side)")
+    link = get_link(str(kv_link))
+    sides = []
+    for flag, tp in (("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)):
+        try:
+            sides.append(cfg if tp is None else replace(cfg, deployment=replace(cfg.deployment, tp=int(tp))))
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+    return DisaggConfig(sides[0], sides[1], int(prefill_replicas), int(decode_replicas), link)
+
+
+def disagg_row(trace: Trace, cfg: SimConfig, flags: Mapping[str, Any]) -> dict[str, Any]:
+    """One sweep row: a disaggregated run of `trace` under `flags` (`DISAGG_KEYS`), flat metrics."""
+    dcfg = disagg_config(cfg, flags.get("prefill_replicas"), flags.get("decode_replicas"),
+                         flags.get("prefill_tp"), flags.get("decode_tp"), flags.get("kv_link", "nvlink"))
+    ttft_slo, tpot_slo = float(flags.get("ttft_slo", 0.2)), float(flags.get("tpot_slo", 0.1))
+    s = disagg_summary(run_disagg(trace, dcfg), ttft_slo, tpot_slo)
+    d = s["disaggregation"]
+    row = {"requests": s["requests"], "requests_finished": s["finished"], "requests_rejected": s["rejected"],
+           "gpus": d["gpus"], "slo_attainment": s["slo"]["attainment"], "kv_transfers": d["transfers"],
+           "kv_transfer_bytes": d["transfer_bytes"], "kv_transfer_mean_s": d["transfer_s"]["mean"],
+           "held_at_prefill_p99_s": d["held_at_prefill_s"]["p99"]}
+    for metric in ("ttft_s", "tpot_s"):
+        for q, v in s[metric].items():
+            row[f"{metric[:4]}_{q}"] = v
+    return row
+
+
+def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: Sequence[int] = (1, 2, 4, 8),
+                 max_gpus: int = 16, kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
+                 target: float = 0.9, cost=None) -> list[dict[str, Any]]:
+    """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best) for the fewest
+    GPUs per TP degree at which a split or colocation meets `target` at `rate_rps` (`trace` rescaled
+    to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
+    `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
+    for every run (tests)."""
+    if not rate_rps > 0:
+        raise ValueError(f"--gpus-for must be > 0 requests/s, got {rate_rps}")
+    if not 0 < target <= 1:
+        raise ValueError(f"--slo-attainment must be in (0, 1], got {target}")
+    tr = rescale_trace(trace, rate_rps=rate_rps)
+    link, rows = get_link(kv_link), []
+    for tp in sorted(set(tp_options)):
+        try:
+            side = replace(cfg, deployment=replace(cfg.deployment, tp=tp))
+            DisaggConfig(side, side, 1, 1, link)
+        except ValueError:
+            continue
+        for n in range(2, max_gpus // tp + 1):
+            found = []
+            for p in range(1, n):
+                c = attainment(run_disagg(tr, DisaggConfig(side, side, p, n - p, link), cost).request_columns(),
+                               ttft_slo, tpot_slo)
+                found.append({"tp": tp, "gpus": n * tp, "prefill": p, "decode": n - p, "attainment": c})
+            c = attainment(colocated_columns(tr, side, n, cost), ttft_slo, tpot_slo)
+            found.append({"tp": tp, "gpus": n * tp, "prefill": 0, "decode": 0, "attainment": c})
+            if any(r["attainment"] >= target for r in found):
+                rows += found
+                break
+    for r in rows:
+        r["meets"] = r["attainment"] >= target
+    passing = [r for r in rows if r["meets"]]
+    if not passing:
+        raise ValueError(f"no split of up to {max_gpus} GPUs (TP {', '.join(map(str, tp_options))}) serves "
+                         f"{rate_rps} req/s with {target:.0%} of requests within TTFT {ttft_slo} s and TPOT "
+                         f"{tpot_slo} s")
+    best = min(passing, key=lambda r: (r["gpus"], -r["attainment"], r["prefill"] != 0))
+    for r in rows:
+        r["best"] = r is best
+    return rows
+
+
+def simulate_disagg(trace: Trace, config: SimConfig, prefill_replicas: int, decode_replicas: int, *,
+                    prefill_tp: int | None = None, decode_tp: int | None = None, kv_link: str = "nvlink",
+                    cost=None):
+    """Run `trace` on P prefill and D decode instances of `config` (`kvsim.fleet.disagg.sim.DisaggSim`, run);
+    its `request_columns()` have TTFT and TPOT per request, `disagg_summary` the figures.
+
+    >>> import kvsim
+    >>> t = kvsim.Trace.from_arrays([0.0, 0.1], [500, 800], [20, 30])
+    >>> sim = kvsim.simulate_disagg(t, kvsim.make_config(gpu="a100-80gb"), 1, 1)
+    >>> sim.request_columns()["status"].tolist()
+    ['finished', 'finished']
+    """
+    cfg = disagg_config(config, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
+    return run_disagg(trace, cfg, cost)
+
+
+def disagg_goodput(trace: Trace, config: SimConfig, prefill_replicas: int = 0, decode_replicas: int = 0, *,
+                   replicas: int = 0, prefill_tp: int | None = None, decode_tp: int | None = None,
+                   kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
+                   target: float = 0.9, rel_tol: float = 0.05) -> tuple[float, dict[float, float]]:
+    """Goodput (req/s; `kvsim.fleet.disagg.slo.goodput`) of P:D disaggregated instances, or with
+    `replicas` of that many colocated replicas fed round-robin, on `trace` rescaled to each rate tried;
+    and the attainment at every rate tried."""
+    if replicas:
+        def attained(rate: float) -> float:
+            return attainment(colocated_columns(rescale_trace(trace, rate_rps=rate), config, replicas),
+                              ttft_slo, tpot_slo)
+    else:
+        cfg = disagg_config(config, prefill_replicas, decode_replicas, prefill_tp, decode_tp, kv_link)
+
+        def attained(rate: float) -> float:
+            sim = run_disagg(rescale_trace(trace, rate_rps=rate), cfg)
+            return attainment(sim.request_columns(), ttft_slo, tpot_slo)
+    return goodput(attained, target, rel_tol=rel_tol)

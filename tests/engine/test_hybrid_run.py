@@ -1,0 +1,155 @@
+"""Hybrid models end to end (issue 23): `build_run` serves them with vLLM's KV cache plan and, where a
+group frees blocks or holds a state, the hybrid allocator; blocks per step worked by hand; what the
+hybrid allocator cannot do yet is refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import kvsim
+from kvsim.alloc.hybrid import HybridAllocator
+from kvsim.alloc.paged.allocator import PagedAllocator
+from kvsim.cli.app import app
+from kvsim.engine.build import build_run
+from kvsim.engine.config import kv_cache_plan
+from kvsim.planning.runs import make_config
+from kvsim.trace.table import Trace
+
+ONE = Trace.from_arrays(np.array([0.0]), np.array([1000]), np.array([50]))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def test_one_request_blocks_per_step_by_hand():
+    """gpt-oss-20b: 12 sliding (W 128) + 12 full layers, two KV cache groups of 16-token blocks. The
+    prefill step writes 1000 tokens into both groups (63 + 63 blocks); from then on the sliding group
+    keeps only the blocks its window still reads: with C tokens computed it skips max(0, C - 127) tokens
+    (vLLM's SlidingWindowManager), whole blocks of them, before taking the next token's slot."""
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096)
+    expected = [2 * _cdiv(1000, 16)]
+    for k in range(1, 50):                       # decode step k: 1000 + k - 1 computed, one more slot
+        entries = _cdiv(1000 + k, 16)
+        expected.append(entries + entries - max(0, 1000 + k - 1 - 127) // 16)
+    assert r.steps.used_blocks.tolist() == expected
+    assert expected[:3] == [126, 72, 72] and expected[-1] == 75
+    assert r.summary["kv"]["num_blocks"] == 1000 and r.summary["kv"]["capacity_tokens"] == 16000
+
+
+def test_uniform_pages_hold_every_layers_blocks():
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
+                       hybrid_kv_cache=False)
+    assert r.steps.used_blocks.tolist() == [_cdiv(1000 + k, 16) for k in range(50)]   # 63 .. 66
+
+
+@pytest.mark.parametrize("model, flags, kind, groups", [
+    ("gpt-oss-120b", {}, HybridAllocator, [("sliding", 128, 0), ("full", 0, 0)]),
+    ("gpt-oss-120b", {"hybrid_kv_cache": False}, PagedAllocator, None),
+    ("deepseek-v3", {"tp": 8}, PagedAllocator, None),                       # MLA: one group of latents
+    ("llama-4-scout", {"tp": 8}, PagedAllocator, None),                     # vLLM turns the manager off
+    ("llama-4-scout", {"tp": 8, "hybrid_kv_cache": True}, HybridAllocator,
+     [("chunked", 0, 8192)] * 3 + [("full", 0, 0)]),                        # 36 + 12 layers: groups of 12
+    ("qwen3-next-80b-a3b", {"tp": 4}, HybridAllocator, [("mamba", 0, 0)] * 3 + [("full", 0, 0)]),
+])
+def test_build_run_follows_vllms_plan(model, flags, kind, groups):
+    cfg = make_config(model=model, gpu="h200", max_model_len=32768, **flags)
+    plan = kv_cache_plan(cfg.resolved())
+    parts = build_run(ONE, cfg)
+    assert type(parts.allocator) is kind
+    assert parts.capacity_tokens == plan.num_blocks * plan.block_size and parts.block_size == plan.block_size
+    if groups is not None:
+        assert [(g.kind, g.window, g.chunk) for g in parts.allocator.groups] == groups
+
+
+def test_what_the_hybrid_allocator_cannot_do_is_one_line(tmp_path):
+    """Parallel samples / beams, and prefix caching with Mamba groups, are refused in one line (exit 2);
+    prefix caching over sliding and full groups runs."""
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
+    two.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5, "n": 2}\n')
+    base = ["--gpu", "h100-80gb", "--max-model-len", "4096"]
+    res = CliRunner().invoke(app, ["run", str(two), "--model", "gpt-oss-20b", *base])
+    assert res.exit_code == 2 and "one sequence per request" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["run", str(one), "--model", "qwen3-next-80b-a3b", "--tp", "4", *base,
+                                   "--prefix-caching"])
+    assert res.exit_code == 2 and "prefix caching with a Mamba group" in res.output
+    for extra in (["--prefix-caching"], ["--prefix-caching", "--no-hybrid-kv-cache"], []):
+        res = CliRunner().invoke(app, ["run", str(two if not extra else one), "--model", "gpt-oss-20b", *base,
+                                       *extra, *(["--no-hybrid-kv-cache"] if not extra else [])])
+        assert res.exit_code == 0, (extra, res.output)
+
+
+def test_jenga_pool_from_the_deployment_by_hand():
+    """Gemma 3 27B under `--allocator jenga`, 4 GiB of KV on one GPU: one group per kind at its natural
+    page, 16 tokens of 16 KV heads x 128 x 2 (K, V) x 2 bytes = 131,072 bytes per layer: sliding
+    52 x 131,072 = 6,815,744 bytes, full 10 x 131,072 = 1,310,720; large pages of their LCM
+    2^19 x 13 x 5 = 34,078,720 bytes, 126 of them in 4 GiB."""
+    from kvsim.alloc.jenga import JengaAllocator
+    parts = build_run(ONE, make_config(model="gemma-3-27b", gpu="h100-80gb", kv_gib=4, max_model_len=4096,
+                                       allocator="jenga"))
+    alloc = parts.allocator
+    assert type(alloc) is JengaAllocator
+    assert [(g.kind, g.window, g.page_bytes) for g in alloc.groups] == [("sliding", 1024, 6_815_744),
+                                                                       ("full", 0, 1_310_720)]
+    assert alloc.layout.large_page_bytes == 34_078_720 and alloc.layout.num_large == 4 * 1024**3 // 34_078_720
+    with pytest.raises(ValueError, match="--allocator jenga sizes its pool in bytes"):
+        make_config(model="gemma-3-27b", allocator="jenga", num_blocks=100)
+
+
+def test_jenga_runs_the_study_trace_with_the_hybrid_managers_blocks_at_one_page_size():
+    """gpt-oss's two kinds have the same page, so Jenga's large page is one page and it holds blocks as
+    vLLM's hybrid manager does: the same run, step for step (without prefix caching, where Jenga keeps
+    blocks that left the window as held)."""
+    flags = dict(model="gpt-oss-20b", gpu="h100-80gb", kv_gib=1, max_model_len=4096, prefix_caching=False)
+    a = kvsim.simulate(ONE, allocator="jenga", **flags)
+    b = kvsim.simulate(ONE, **flags)
+    assert a.steps.used_blocks.tolist() == b.steps.used_blocks.tolist()
+    assert a.summary["kv"]["capacity_tokens"] == b.summary["kv"]["capacity_tokens"]
+
+
+def test_per_group_breakdown_by_hand():
+    """The summary's `kv.groups` of the one-request gpt-oss run: each group's blocks per step as worked
+    out above, time-averaged with the steps' durations; the groups' token states add up to the total."""
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096)
+    w = r.steps.duration_s.to_numpy()
+    full = np.array([_cdiv(1000 + k, 16) for k in range(50)])
+    sliding = np.array([63] + [_cdiv(1000 + k, 16) - max(0, 1000 + k - 1 - 127) // 16 for k in range(1, 50)])
+    sliding_group, full_group = r.summary["kv"]["groups"]
+    assert (sliding_group["kind"], sliding_group["window"], full_group["kind"]) == ("sliding", 128, "full")
+    assert sliding_group["mean_blocks"] == pytest.approx((sliding * w).sum() / w.sum(), rel=1e-12)
+    assert full_group["mean_blocks"] == pytest.approx((full * w).sum() / w.sum(), rel=1e-12)
+    total = r.summary["kv"]["mean_fraction"]
+    for part in ("token_states", "reserved", "internal_fragmentation"):
+        assert sliding_group["mean_fraction"][part] + full_group["mean_fraction"][part] == pytest.approx(total[part])
+    uniform = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
+                             hybrid_kv_cache=False)
+    assert "groups" not in uniform.summary["kv"]
+
+
+def test_compare_adds_uniform_pages_and_jenga_for_hybrid_models(tmp_path):
+    trace, out = tmp_path / "t.jsonl", tmp_path / "c.json"
+    trace.write_text("".join(f'{{"arrival_s": {i / 10}, "prompt_tokens": {200 + 50 * i}, "output_tokens": 20}}\n'
+                             for i in range(6)))
+    res = CliRunner().invoke(app, ["compare", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
+                                   "--max-model-len", "4096", "--kv-gib", "1", "--quiet", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    import json
+    runs = json.loads(out.read_text())
+    assert list(runs) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle", "static",
+                          "paged-uniform", "jenga"]
+    assert all(r["requests_finished"] == 6 for r in runs.values())
+    res = CliRunner().invoke(app, ["compare", str(trace), "--model", "llama-3-8b", "--kv-gib", "1", "--quiet",
+                                   "--json", str(out)])
+    assert res.exit_code == 0 and "jenga" not in json.loads(out.read_text())
+
+
+def test_run_prints_a_row_per_kv_cache_group(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 1000, "output_tokens": 50}\n')
+    res = CliRunner().invoke(app, ["run", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
+                                   "--num-blocks", "1000", "--max-model-len", "4096"])
+    assert res.exit_code == 0, res.output
+    assert "KV group sliding W128" in res.output and "KV group full" in res.output

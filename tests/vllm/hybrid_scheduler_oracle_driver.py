@@ -1,0 +1,115 @@
+"""Run vLLM 0.33's own v1 Scheduler (and through it its KVCacheManager) with hybrid KV cache groups over burst
+traces, for tests/vllm/test_hybrid_scheduler_oracle.py. Prefix caching off, recompute preemption, chunked
+prefill, synchronous scheduling (the settings of the shared oracle's `vllm_oracle.run_native`).
+
+Run with the oracle venv's python (never imported by kvsim or by pytest's process):
+    ~/.cache/vllm-oracle-venv/bin/python tests/vllm/hybrid_scheduler_oracle_driver.py CASES.json OUT.json
+A case: {"block_size": B, "num_blocks": N (kvsim's; vLLM gets N + 1 with its null block), "groups": [...]
+(as tests/vllm/hybrid_oracle_driver.py), "max_num_batched_tokens": T, "max_num_seqs": S, "max_model_len": L,
+"requests": [[prompt, output], ...] all arriving at step 0, optionally "caching": true with "prompts": the
+token ids of each prompt (automatic prefix caching; outputs unique to each request)}. Output per case: per step {"used": blocks
+used after the step's scheduling, "groups": per group blocks in the live requests' tables (a shared one once per table), "preempted":
+[request index], "finished": [request index], "tokens": tokens scheduled}.
+"""
+
+import json
+import math
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hybrid_oracle_driver import spec_of  # noqa: E402  (sets vLLM's quiet logging first)
+
+
+def run(case: dict) -> list[dict]:
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    bs, max_len, mbt = case["block_size"], case["max_model_len"], case["max_num_batched_tokens"]
+    mdir = tempfile.mkdtemp(prefix="vllm-hybrid-oracle-")
+    with open(os.path.join(mdir, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                   "intermediate_size": 128, "num_attention_heads": 1, "num_key_value_heads": 1,
+                   "num_hidden_layers": len(case["groups"]), "vocab_size": 1 << 16,
+                   "max_position_embeddings": max_len, "rms_norm_eps": 1e-6, "torch_dtype": "float16",
+                   "bos_token_id": 1, "eos_token_id": 2}, f)
+    mc = ModelConfig(model=mdir, dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=max_len)
+    sc = SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_num_batched_tokens=mbt, max_model_len=max_len,
+                         enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=False)
+    caching = case.get("caching", False)
+    cc = CacheConfig(block_size=bs, enable_prefix_caching=caching)
+    vc = VllmConfig(device_config=DeviceConfig(device="cpu"), model_config=mc, scheduler_config=sc, cache_config=cc)
+    groups = [KVCacheGroupSpec([f"model.layers.{g}.attn"], spec_of(group, bs, max_len))
+              for g, group in enumerate(case["groups"])]
+    kvc = KVCacheConfig(num_blocks=case["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=groups)
+    cc.num_gpu_blocks = case["num_blocks"] + 1
+    lcm = math.lcm(*(g.kv_cache_spec.block_size for g in groups))   # vLLM's scheduler block size
+    hasher = None
+    if caching:
+        fn = get_hash_fn_by_name("sha256")
+        init_none_hash(fn)
+        hasher = get_request_block_hasher(bs, fn)
+    sch = Scheduler(vllm_config=vc, kv_cache_config=kvc, log_stats=False, block_size=lcm,
+                    structured_output_manager=StructuredOutputManager(vc))
+    mgr, pool = sch.kv_cache_manager, sch.kv_cache_manager.block_pool
+    preempted: list[int] = []
+    orig_preempt = sch._preempt_request
+
+    def preempt(request, *a, **kw):
+        preempted.append(int(request.request_id))
+        return orig_preempt(request, *a, **kw)
+    sch._preempt_request = preempt
+
+    reqs, hits = [], {}
+    orig_alloc = mgr.allocate_slots
+
+    def allocate_slots(request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None, *a, **kw):
+        out = orig_alloc(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, *a, **kw)
+        if out is not None and new_computed_blocks is not None and request.request_id not in hits:
+            hits[request.request_id] = num_new_computed_tokens      # at its first admission
+        return out
+    mgr.allocate_slots = allocate_slots
+    for i, (prompt, output) in enumerate(case["requests"]):
+        tokens = case["prompts"][i] if "prompts" in case else [3 + (i * 7919 + k) % 60000 for k in range(prompt)]
+        r = Request(str(i), tokens, SamplingParams(max_tokens=output, ignore_eos=True), None, block_hasher=hasher)
+        reqs.append(r)
+        sch.add_request(r)
+    out, done = [], set()
+    while sch.has_unfinished_requests():
+        preempted.clear()
+        so = sch.schedule()
+        held = [0] * len(groups)
+        for r in reqs:
+            for g, blocks in enumerate(mgr.coordinator.get_blocks(r.request_id)):
+                held[g] += sum(not b.is_null for b in blocks)
+        record = {"used": case["num_blocks"] - pool.get_num_free_blocks(), "groups": held,
+                  "preempted": list(preempted), "tokens": so.total_num_scheduled_tokens}
+        ids = list(so.num_scheduled_tokens)
+        toks = [[100_000 + int(rid) * 1000 + reqs[int(rid)].num_output_tokens]
+                if reqs[int(rid)].num_computed_tokens >= reqs[int(rid)].num_tokens else [] for rid in ids]
+        sch.update_from_output(so, ModelRunnerOutput(req_ids=ids, req_id_to_index={k: i for i, k in enumerate(ids)},
+                                                     sampled_token_ids=toks))
+        record["finished"] = [int(rid) for rid in ids if reqs[int(rid)].is_finished() and rid not in done]
+        done.update(str(i) for i in record["finished"])
+        out.append(record)
+        assert len(out) < 100_000
+    if caching:
+        out.append({"hits": [hits.get(str(i), 0) for i in range(len(reqs))]})
+    return out
+
+
+def main() -> None:
+    cases = json.load(open(sys.argv[1]))
+    json.dump([run(c) for c in cases], open(sys.argv[2], "w"))
+
+
+if __name__ == "__main__":
+    main()
