@@ -18,8 +18,9 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/kvsim compare traces/sharegpt_2rps_10min.jsonl --model opt-13b --gpu a100-40gb --kv-gib 12
 
+# The default suite runs on every core (pytest-xdist); `make test-long` adds the release checks.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 # Regenerate every shipped report under reports/ (one line each; reports/README.md lists them). Each
 # report records the command that made it and the engine-profile set it ran with; the test
@@ -38,11 +39,11 @@ reports: $(REPORTS_DEPS)
 	$(KVSIM) report traces/mooncake_conversation_excerpt.jsonl --model llama-3.1-8b --gpu h100-80gb --set prefix_caching=true --replicas 4,16 --routers round-robin,prefix-aware --pd 1:3,2:2,3:1 --fleet-only -o reports/fleet-mooncake --force
 	$(KVSIM) paper --duration 600 --force
 
-# release checks: allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs, the
-# 100,000-request memory ceiling, every README command (minutes)
+# release checks (tens of minutes): allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs,
+# live re-runs of vLLM's own code over the stored cases, whole-report regenerations, every README command,
+# the 100,000-request memory ceiling
 test-long: $(STAMP)
-	$(BIN)/python -m pytest --long tests/alloc/test_stateful.py tests/cli/test_fuzz_cli.py tests/e2e/test_memory.py \
-		tests/e2e/test_readme_runs.py
+	$(BIN)/python -m pytest -n auto --long
 
 # Mutation testing (on demand, not in CI; tens of minutes): GROUPS="metrics alloc" limits it.
 mutate: $(STAMP)

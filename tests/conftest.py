@@ -1,5 +1,12 @@
-"""`pytest --long` (make test-long): release checks with many more generated examples (allocator state
-machines 5,000, CLI fuzzing 1,000) and the 100,000-request memory test."""
+"""The default suite (`make test`, in parallel over the cores with pytest-xdist) and `pytest --long`
+(`make test-long`): release checks with many more generated examples (allocator state machines 5,000,
+CLI fuzzing 1,000), live re-runs of vLLM's own code over the stored cases, whole-report regenerations,
+every README command and the 100,000-request memory test.
+
+The default suite is deterministic: hypothesis draws the same examples on every run (derandomized, no
+example database), so a run on two workers and a run on one judge the same inputs; `--long` draws fresh
+random examples every time.
+"""
 
 from hypothesis import settings
 
@@ -12,8 +19,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     settings.register_profile("long", max_examples=LONG_EXAMPLES, deadline=None)
-    if config.getoption("--long"):
-        settings.load_profile("long")
+    settings.register_profile("default-suite", derandomize=True, database=None)
+    settings.load_profile("long" if config.getoption("--long") else "default-suite")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,6 +28,9 @@ REPORTS = ROOT / "reports"
 KNOWN_STALE: dict[str, str] = {}
 #: Reports a test regenerates whole (seconds each); the others are checked by provenance only.
 SMALL = ("block-size-alpaca", "sweep-llama3-8b", "sharegpt-opt13b", "fleet-mooncake")
+#: Of those, the ones the default suite regenerates (about 2 s each); the rest are release checks
+#: (`pytest --long`), as whole-report regenerations of 4-7 s each.
+QUICK = ("block-size-alpaca", "sweep-llama3-8b")
 
 
 def make_reports() -> dict[str, list[str]]:
@@ -95,7 +98,7 @@ def _numbers(folder: Path) -> dict[str, pd.DataFrame]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SMALL)
+@pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.long) for n in SMALL])
 def test_small_report_regenerates_to_the_committed_numbers(name, tmp_path):
     """Run the report's Makefile line into a temporary folder: every table matches the committed one
     (wall-clock columns aside)."""

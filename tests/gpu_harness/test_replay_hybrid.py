@@ -44,7 +44,7 @@ def one_request(prompt, output=3):
     return Trace.from_arrays(np.zeros(1), np.array([prompt]), np.array([output]))
 
 
-@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("preemption", ["recompute", pytest.param("swap", marks=pytest.mark.long)])
 def test_hybrid_replay_matches_kvsim_through_preemptions(preemption):
     """40 blocks: the six requests outgrow the pool and one is preempted; at every step the distinct
     blocks of the live (sequence, group) tables equal kvsim's used blocks (and the SimPy run's), every

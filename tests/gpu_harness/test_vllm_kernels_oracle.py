@@ -107,9 +107,10 @@ def test_kernels_equal_vllms_stored_outputs(name, splits):
 # vLLM's unified kernel divides 0 by 0 in the padded query rows of its BLOCK_M tile (rows it never
 # stores); numpy, under the interpreter, warns about it
 @pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
+@pytest.mark.long
 @pytest.mark.parametrize("name", list(CASES))
 def test_vllm_kernels_live_still_give_the_stored_outputs(name):
-    import vllm_kernels
+    from tests.gpu_harness import vllm_kernels
     reason = vllm_kernels.available()
     if reason:
         pytest.skip(reason)

@@ -140,6 +140,7 @@ def _oracle_python() -> Path | None:
     return python if python.exists() else None
 
 
+@pytest.mark.long
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_vllm_live_reproduces_the_golden(tmp_path):
     cases, out = tmp_path / "cases.json", tmp_path / "out.json"

@@ -140,6 +140,7 @@ def test_kvsim_scheduler_equals_vllm_at_realistic_sizes():
     assert all(sum(len(r.get("preempted", ())) for r in case) > 0 for case in golden)
 
 
+@pytest.mark.long
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_vllm_live_reproduces_the_golden(tmp_path):
     path, out = tmp_path / "cases.json", tmp_path / "out.json"

@@ -119,6 +119,7 @@ def test_kvsim_equals_vllm(index):
     assert _same(kvsim, vllm), (case["model"], case["tp"], case["kv_bytes_per_gpu"], case["hybrid"], kvsim, vllm)
 
 
+@pytest.mark.long
 def test_live_vllm_reproduces_the_stored_figures():
     if not (VENV / "bin" / "python").exists():
         pytest.skip(f"no vLLM oracle venv at {VENV} (set ORACLE_VENV); the stored figures were checked above")

@@ -118,6 +118,7 @@ def _oracle() -> tuple[Path, Path] | None:
     return None
 
 
+@pytest.mark.long
 @pytest.mark.skipif(_oracle() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_kvsim_equals_live_vllm(tmp_path):
     python, oracle_dir = _oracle()
