@@ -181,13 +181,15 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=36)
     ap.add_argument("--old", help="also judge the same mutants on this commit")
     ap.add_argument("--long", action="store_true", help="run the tests with --long")
+    ap.add_argument("--side", choices=("both", "head", "old"), default="both",
+                    help="with --old: judge on both trees, or on one (two processes can share the work)")
     ap.add_argument("--glob", action="append", default=None,
                     help="modules to mutate (default: every kvsim module below a subpackage)")
     args = ap.parse_args()
     mutants = sample(args.n, args.seed, args.glob or ["kvsim/*/**/*.py"])
-    sides = [("HEAD", ROOT, {}, {})]
+    sides = [] if args.old and args.side == "old" else [("HEAD", ROOT, {}, {})]
     tmp = None
-    if args.old:
+    if args.old and args.side != "head":
         tmp = Path(tempfile.mkdtemp(prefix="kvsim-mutants-"))
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tmp / "old"), args.old], cwd=ROOT, check=True)
         back = renames(args.old)
