@@ -145,15 +145,24 @@ def check_output_folder(path: str | Path, flag: str) -> None:
     _probe(ancestor, what)
 
 
+def mark_incomplete(path: str | Path, last: str = "summary.json") -> Path:
+    """Create folder `path` if needed, write its INCOMPLETE marker, then drop an older `last` file: from
+    here on the folder says it is not one complete result. A command that streams files into the folder
+    while it works (`kvsim run --out` streams steps.csv) calls this before its first byte goes there, so a
+    kill at any moment leaves a folder marked incomplete, never an older result beside new files."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path / INCOMPLETE_MARKER, _MARKER_TEXT)
+    (path / last).unlink(missing_ok=True)
+    return path
+
+
 @contextmanager
 def result_folder(path: str | Path, last: str = "summary.json") -> Iterator[Path]:
     """Create folder `path` if needed and mark it INCOMPLETE (dropping an older `last` file) before the
     caller writes its files with `atomic_write`, `last` last; the marker goes only when the block ends
     normally, so a failure or Ctrl-C anywhere leaves a folder that says it is incomplete."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path / INCOMPLETE_MARKER, _MARKER_TEXT)
-    (path / last).unlink(missing_ok=True)
+    path = mark_incomplete(path, last)
     yield path
     (path / INCOMPLETE_MARKER).unlink()
 

@@ -55,11 +55,14 @@ class StepsCsv:
 
     def commit(self) -> None:
         """Close the file and move it into place (a header only when there were no steps)."""
+        import os
         try:
             if self._file is None:
                 from kvsim.engine.metrics import STEP_COLUMNS
                 self._open(STEP_COLUMNS)
             self._file.close()
+            from kvsim.files import _FILE_MODE
+            os.chmod(self.tmp, _FILE_MODE)     # mkstemp's 0600 -> what open(path, "w") gives
             self.tmp.replace(self.path)
         except OSError as exc:
             raise self._error(exc) from None

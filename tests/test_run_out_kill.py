@@ -1,0 +1,110 @@
+"""`kvsim run --out DIR` killed (SIGKILL: no clean-up runs) at any moment over an older result never leaves
+DIR looking complete with files of two runs (issue 40, family 4).
+
+A folder is a complete result exactly when it holds `summary.json` and no INCOMPLETE marker
+(kvsim.files.is_complete_result). After every kill the test asserts: either the folder says it is
+incomplete, or it holds exactly one run's four files and nothing else, all of the same run: the old
+result (5 requests) or the new one (the whole trace), told apart by the row counts, which the summary
+states independently of the CSV files (requests_total rows in requests.csv, engine_steps in steps.csv).
+
+The aimed trial kills the run the moment its streamed steps appear in DIR (the window where, before
+the fix, the old summary sat beside the new run's files without a marker); the other trials kill at
+moments drawn uniformly over a whole run. Default suite: the aimed trial and 3 random ones; `--long`: 40.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "sharegpt_2rps_10min.jsonl"
+FILES = {"summary.json", "config.json", "requests.csv", "steps.csv"}
+
+
+def _cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "kvsim", "run", str(TRACE), "--quiet", "--kv-gib", "4", "--out", str(out), *extra]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _old_result(out: Path) -> None:
+    subprocess.run(_cmd(out, "--max-requests", "5"), env=_env(), check=True, capture_output=True)
+
+
+def _rows(path: Path) -> int:
+    with path.open() as f:
+        return sum(1 for _ in f) - 1
+
+
+def _check(out: Path) -> str:
+    """'incomplete', 'old' or 'new'; AssertionError when the folder looks complete but mixes runs."""
+    if (out / "INCOMPLETE").exists() or not (out / "summary.json").exists():
+        return "incomplete"
+    names = {p.name for p in out.iterdir()}
+    assert names == FILES, f"a complete-looking folder holds {sorted(names)}"
+    summary = json.loads((out / "summary.json").read_text())
+    assert _rows(out / "requests.csv") == summary["requests_total"], "requests.csv of another run"
+    assert _rows(out / "steps.csv") == summary["engine_steps"], "steps.csv of another run"
+    return "old" if summary["requests_total"] == 5 else "new"
+
+
+def _kill_when(out: Path, ready) -> None:
+    proc = subprocess.Popen(_cmd(out), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and not ready() and time.monotonic() < deadline:
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def test_kill_while_steps_stream_leaves_the_folder_marked(tmp_path):
+    out = tmp_path / "run"
+    _old_result(out)
+    assert _check(out) == "old"
+    _kill_when(out, lambda: any(out.glob(".steps.csv.*.tmp")))
+    assert _check(out) == "incomplete"
+    # the next run over it cleans the killed run's temporary file and completes
+    subprocess.run(_cmd(out), env=_env(), check=True, capture_output=True)
+    assert _check(out) == "new"
+
+
+def _random_trials(tmp_path: Path, trials: int) -> dict:
+    start = time.monotonic()
+    subprocess.run(_cmd(tmp_path / "ref"), env=_env(), check=True, capture_output=True)
+    whole = time.monotonic() - start
+    rng = random.Random(40)
+    seen = {"incomplete": 0, "old": 0, "new": 0}
+    for trial in range(trials):
+        out = tmp_path / f"t{trial}"
+        _old_result(out)
+        moment = rng.uniform(0.0, whole * 1.1)
+        t0 = time.monotonic()
+        _kill_when(out, lambda: time.monotonic() - t0 >= moment)
+        seen[_check(out)] += 1
+    return seen
+
+
+def test_kill_at_random_moments(tmp_path):
+    seen = _random_trials(tmp_path, 3)
+    assert sum(seen.values()) == 3
+
+
+@pytest.mark.long
+def test_kill_at_many_random_moments(tmp_path):
+    seen = _random_trials(tmp_path, 40)
+    assert sum(seen.values()) == 40
+    assert seen["incomplete"] > 0          # the kills did land inside runs
