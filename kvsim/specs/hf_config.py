@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from kvsim.files import read_json_object
+from kvsim.specs.hf_checks import TEXT_MODEL_TYPE, check_fields
 from kvsim.specs.hf_layers import layer_groups, layer_kinds, mixer_params
 from kvsim.specs.model import ModelSpec
 
@@ -69,26 +70,6 @@ def _quant_int(quant: dict, keys: tuple[str, ...], default: int, low: int, where
     return value
 
 
-#: Integer fields read from a config: shapes must be >= 1, counts and optional sizes >= 0.
-_SHAPES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
-           "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "max_position_embeddings",
-           "n_positions", "max_seq_len", "vocab_size", "kv_lora_rank", "qk_rope_head_dim",
-           "attention_chunk_size", "attention_head_dim")
-_COUNTS = ("intermediate_size", "ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
-           "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
-           "first_k_dense_replace")
-
-
-def _check_integers(cfg: dict, path: Path) -> None:
-    """ValueError naming the file and field for an integer field that is not a JSON integer in range
-    (a string "32", 32.0, 0 heads); null means absent."""
-    for key in _SHAPES + _COUNTS:
-        value = cfg.get(key)
-        low = 1 if key in _SHAPES else 0
-        if value is not None and (type(value) is not int or value < low):
-            raise ValueError(f"{path}: field {key!r} must be an integer >= {low}, got {json.dumps(value)}")
-
-
 def _text_config(cfg: dict, path: Path) -> dict:
     """The language model's config: a multimodal wrapper's `text_config` (Gemma 3, Llama 4), with the
     wrapper's dtype, quantization and name where it does not give its own."""
@@ -99,6 +80,14 @@ def _text_config(cfg: dict, path: Path) -> dict:
         raise ValueError(f"{path}: field 'text_config' must be an object")
     inherited = ("torch_dtype", "dtype", "quantization_config", "_name_or_path")
     text = {**{k: cfg[k] for k in inherited if k in cfg}, **text}
+    if not isinstance(cfg.get("model_type", ""), str):
+        raise ValueError(f"{path}: field 'model_type' must be a string, got {json.dumps(cfg['model_type'])}")
+    wrapped = TEXT_MODEL_TYPE.get(cfg.get("model_type"))   # the class transformers builds it as
+    if wrapped is not None and text.get("model_type") is None:
+        text["model_type"] = wrapped
+    elif wrapped is not None and text["model_type"] != wrapped:
+        raise ValueError(f"{path}: field 'text_config.model_type' must be {wrapped!r} in a "
+                         f"{cfg['model_type']!r} config, got {json.dumps(text['model_type'])}")
     return {**_TEXT_DEFAULTS.get(str(text.get("model_type")), {}), **text}
 
 
@@ -116,13 +105,14 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     cfg = _text_config(read_json_object(path, "model config"), path)
-    _check_integers(cfg, path)
+    check_fields(cfg, path)
 
     def need(*keys):
         for key in keys:
-            if key in cfg:
+            if cfg.get(key) is not None:
                 return int(cfg[key])
-        raise ValueError(f"{path}: field {keys[0]!r} missing from model config")
+        raise ValueError(f"{path}: field {keys[0]!r} missing or null in the model config (also read as: "
+                         f"{', '.join(keys[1:])})")
 
     layers = need("num_hidden_layers", "n_layer", "num_layers")
     hidden = need("hidden_size", "n_embd", "d_model")
@@ -139,10 +129,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if heads % kv_heads:
         raise ValueError(f"{path}: field 'num_attention_heads' ({heads}) must be a multiple of "
                          f"'num_key_value_heads' ({kv_heads})")
-    if cfg.get("tie_word_embeddings") is not None and not isinstance(cfg["tie_word_embeddings"], bool):
-        raise ValueError(f"{path}: field 'tie_word_embeddings' must be true or false, got "
-                         f"{json.dumps(cfg['tie_word_embeddings'])}")
-    vocab = int(cfg.get("vocab_size", 32000))
+    vocab = int(cfg["vocab_size"]) if cfg.get("vocab_size") is not None else 32000
     tied = bool(cfg.get("tie_word_embeddings", cfg.get("model_type") == "opt"))
 
     kinds = layer_kinds(cfg, path, layers)
@@ -156,8 +143,6 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     mlp_layers = kinds.count("none") if cfg.get("model_type") == "nemotron_h" else layers
     experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
     per_token = int(cfg.get("num_experts_per_tok") or 0) if experts else 0
-    if experts and not 0 < per_token <= experts:
-        raise ValueError(f"{path}: field 'num_experts_per_tok' must be in [1, {experts}] for a MoE model")
     if experts:
         expert = 3 * hidden * int(cfg.get("moe_intermediate_size") or ffn)
         shared_ffn = int(cfg.get("shared_expert_intermediate_size")

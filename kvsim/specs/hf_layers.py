@@ -30,6 +30,8 @@ _TYPE_NAMES = {"full_attention": "full", "attention": "full", "sliding_attention
 _PATTERN = {"M": "mamba", "*": "full", "-": "none", "E": "none"}
 #: transformers' default `sliding_window_pattern` (layer i is full when (i + 1) % n == 0) per model type.
 _SLIDING_PATTERN = {"gemma3_text": 6, "gemma3": 6, "gemma2": 2, "cohere2": 4}
+#: Qwen3-Next's gated delta net fields (any one of them means the linear-attention state).
+_GDN = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
 _SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": None}
 #: The largest GPU memory kvsim knows (h200, bytes): one request's Mamba state must fit it.
 MAX_GPU_BYTES = int(139.80 * 1024**3)
@@ -43,8 +45,10 @@ def _int(cfg: dict, key: str, path: Path, default: int | None = None, low: int =
 
 
 def _first(cfg: dict, keys: tuple[str, ...], path: Path, default: int | None = None) -> int:
-    key = next((k for k in keys if cfg.get(k) is not None), keys[0])
-    return _int(cfg, key, path, default)
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None and default is None:
+        raise ValueError(f"{path}: field {keys[0]!r} missing (or one of its names: {', '.join(keys[1:])})")
+    return _int(cfg, key or keys[0], path, default)
 
 
 def layer_kinds(cfg: dict, path: Path, num_layers: int) -> list[str]:
@@ -52,12 +56,8 @@ def layer_kinds(cfg: dict, path: Path, num_layers: int) -> list[str]:
     model_type = str(cfg.get("model_type", ""))
     if cfg.get("kv_lora_rank") is not None:
         return ["mla"] * num_layers
-    for key in ("qk_rope_head_dim", "q_lora_rank", "qk_nope_head_dim"):
-        if key in cfg and "kv_lora_rank" not in cfg:
-            raise ValueError(f"{path}: field 'kv_lora_rank' missing: {key!r} describes multi-head latent "
-                             "attention, whose cache size is the rank")
-    types = cfg.get("layer_types") or cfg.get("layers_block_type")
-    field = "layer_types" if cfg.get("layer_types") else "layers_block_type"
+    field = "layer_types" if cfg.get("layer_types") is not None else "layers_block_type"
+    types = cfg.get(field)                  # an empty list is a list of no layers (transformers' check)
     if types is None and cfg.get("hybrid_override_pattern") is not None:
         pattern, field = cfg["hybrid_override_pattern"], "hybrid_override_pattern"
         bad = sorted(set(str(pattern)) - set(_PATTERN))
@@ -75,17 +75,25 @@ def layer_kinds(cfg: dict, path: Path, num_layers: int) -> list[str]:
         kinds = [_TYPE_NAMES[t] for t in types]
     elif cfg.get("attn_layer_period") is not None:
         period, offset = _int(cfg, "attn_layer_period", path), _int(cfg, "attn_layer_offset", path, 0, 0)
+        if offset >= period:                   # transformers' JambaConfig: offset < period
+            raise ValueError(f"{path}: field 'attn_layer_offset' ({offset}) must be less than "
+                             f"'attn_layer_period' ({period}): no layer would be attention")
+        field = "attn_layer_period"
         kinds = ["full" if i % period == offset else "mamba" for i in range(num_layers)]
     elif model_type == "gpt_oss":
         kinds = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
     elif model_type in _SLIDING_PATTERN or cfg.get("sliding_window_pattern") is not None:
         n = _int(cfg, "sliding_window_pattern", path, _SLIDING_PATTERN.get(model_type))
+        field = "sliding_window_pattern"
         kinds = ["full" if (i + 1) % n == 0 else "sliding" for i in range(num_layers)]
     elif model_type == "qwen3_next" or cfg.get("full_attention_interval") is not None:
-        n = _int(cfg, "full_attention_interval", path, 4)
+        n, field = _int(cfg, "full_attention_interval", path, 4), "full_attention_interval"
         kinds = ["full" if (i + 1) % n == 0 else "mamba" for i in range(num_layers)]
     elif model_type == "llama4_text":
-        flags = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]
+        flags = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]  # [] too
+        if not isinstance(flags, list) or any(type(f) is not int or f not in (0, 1) for f in flags):
+            raise ValueError(f"{path}: field 'no_rope_layers' must be a list of 0 (NoPE, full attention) "
+                             "and 1 (RoPE, chunked) per layer")
         chunked = not ("attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None)  # null: all full
         kinds = ["chunked" if f and chunked else "full" for f in flags]
         field = "no_rope_layers"
@@ -96,13 +104,17 @@ def layer_kinds(cfg: dict, path: Path, num_layers: int) -> list[str]:
     if len(kinds) != num_layers:
         raise ValueError(f"{path}: field {field!r} describes {len(kinds)} layers, but the model has "
                          f"{num_layers} (num_hidden_layers)")
+    if not set(kinds) & {"full", "sliding", "chunked", "mla"}:
+        raise ValueError(f"{path}: field {field!r} leaves no attention layer among the {num_layers}: a pure "
+                         "state-space model, which kvsim does not serve (it models Mamba layers only beside "
+                         "attention layers)")
     return kinds
 
 
 def _mamba_state(cfg: dict, path: Path, dtype_bytes: int, hidden: int) -> MambaState:
     """A Mamba layer's state: gated delta net (`linear_*`), Mamba-2 or Mamba-1 (Jamba) fields."""
     model_type = str(cfg.get("model_type", ""))
-    if cfg.get("linear_num_value_heads") is not None:              # qwen3_next gated delta net
+    if model_type == "qwen3_next" or any(cfg.get(k) is not None for k in _GDN):   # gated delta net
         nk, nv = _int(cfg, "linear_num_key_heads", path), _int(cfg, "linear_num_value_heads", path)
         dk, dv = _int(cfg, "linear_key_head_dim", path), _int(cfg, "linear_value_head_dim", path)
         return MambaState(2 * nk * dk + nv * dv, _int(cfg, "linear_conv_kernel_dim", path), nv, (dv, dk),

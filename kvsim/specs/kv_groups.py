@@ -188,6 +188,10 @@ def plan_kv_cache(model: ModelSpec, tp: int = 1, block_size: int = 16, *,
     per_request = sum(g.blocks_per_request for g in groups)
     if num_blocks is None:
         num_blocks = kv_bytes_per_gpu // bytes_per_block
+    if num_blocks - 1 < 1:                    # not even one block besides the null block
+        raise ValueError(f"{model.name}: one KV block ({bytes_per_block:,} bytes per GPU: the model's KV bytes "
+                         f"per token x --block-size {block_size}) is more than the KV memory holds; give "
+                         "more KV memory (--kv-gib, --gpu-mem-util, --tp) or check the model's KV shape")
     if num_blocks - 1 < per_request:          # vLLM keeps the null block back in this check
         raise ValueError(f"{model.name}: one request of max_model_len {max_len} needs {per_request} "
                          f"blocks of {bytes_per_block:,} bytes per GPU, more than the "
