@@ -22,7 +22,8 @@ from kvsim.cli.commands.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresho
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
-from kvsim.cli.options import HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
+from kvsim.cli.options import Batching, HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
+from kvsim.cli.run_flags import check_run_flags
 from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, mark_incomplete, write_text_atomic
 
@@ -55,11 +56,6 @@ class Placement(str, Enum):
 class Preemption(str, Enum):
     recompute = "recompute"
     swap = "swap"
-
-
-class Batching(str, Enum):
-    continuous = "continuous"
-    static = "static"
 
 
 TraceArg = typer.Argument(..., help="Trace file: kvsim JSONL, Azure CSV, Mooncake JSONL or Vidur CSV.")
@@ -189,6 +185,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
         cfg.resolved()                                   # flags that contradict the profile fail here
+        check_run_flags(cfg)                             # flags that cannot apply (kvsim.planning.flag_table)
         if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.commands.disagg
             from kvsim.cli.commands.disagg import run_disaggregated
             return run_disaggregated(cfg, trace, lambda: load_trace(trace, trace_format), max_requests,
@@ -201,8 +198,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                 block_size if cfg.resolved().cache.prefix_caching and not quiet else None)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
-        if out is not None:          # marked before the first streamed step enters it (kvsim.files)
-            mark_incomplete(out)
+        _ = out is not None and mark_incomplete(out)     # marked before the first streamed step enters it
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
             result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.commands.fleet)

@@ -26,8 +26,8 @@ MAX_DURATION_S = 30 * 86400.0
 MAX_SAMPLES = 1024
 #: Longest request, tokens (10^7: ten times the longest context window of a released model, 1M).
 MAX_TOKENS = 10_000_000
-#: Most processes one command starts.
-MAX_WORKERS = 1024
+#: Most processes one command starts: the one cap on per-unit counts (replicas, GPUs, workers).
+from kvsim.fleet.config import MAX_UNITS as MAX_WORKERS  # noqa: E402
 
 
 def number(value: float | int | None, flag: str, *, low: float = 0.0, high: float = math.inf,

@@ -4,6 +4,8 @@ them once."""
 
 from __future__ import annotations
 
+from enum import Enum
+
 import typer
 
 TokensOpt = typer.Option(None, "--max-batched-tokens", "--max-num-batched-tokens", min=1,
@@ -21,3 +23,9 @@ HybridOpt = typer.Option(None, "--hybrid-kv-cache/--no-hybrid-kv-cache", help="v
                          "manager for models with sliding-window, chunked-local or Mamba layers (default: "
                          "vLLM's choice, off for chunked local attention); --no-hybrid-kv-cache is vLLM's "
                          "--disable-hybrid-kv-cache-manager: every layer sized as full attention.")
+
+
+class Batching(str, Enum):
+    """`kvsim run --batching`: continuous (iteration-level) or static (FasterTransformer-style) batching."""
+    continuous = "continuous"
+    static = "static"

@@ -15,6 +15,19 @@ from numbers import Integral
 
 ROUTERS = ("round-robin", "least-requests", "least-kv", "prefix-aware")
 
+#: The one ceiling on every count that builds something per unit: replicas, prefill and decode replicas,
+#: report fleets, GPUs searched, worker processes. Each replica is a whole engine (scheduler, allocator,
+#: block tables) simulated in this one process; 1,024 engines of a 10-request trace already take seconds,
+#: and a million took over a minute and 2.3 GB (issue 40).
+MAX_UNITS = 1024
+
+
+def check_units(value, flag: str) -> None:
+    """ValueError naming `flag` unless `value` is a whole number in [1, MAX_UNITS]."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or not 1 <= value <= MAX_UNITS:
+        raise ValueError(f"{flag} {value}: must be a whole number from 1 to {MAX_UNITS:,} (the cap on "
+                         "replicas and every other per-unit count; each is simulated in this process)")
+
 #: SGLang router defaults (sgl-project/sglang, sgl-model-gateway/bindings/python/src/sglang_router/
 #: router_args.py: cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5; its first
 #: release had 0.5, 32 and 1.0001).
@@ -43,8 +56,7 @@ class FleetConfig:
     cache_threshold: float = CACHE_THRESHOLD
 
     def __post_init__(self) -> None:
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, Integral) or self.replicas < 1:
-            raise ValueError(f"--replicas must be a whole number >= 1, got {self.replicas}")
+        check_units(self.replicas, "--replicas")
         if self.router not in ROUTERS:
             raise ValueError(f"unknown --router {self.router!r}; known: {', '.join(ROUTERS)}")
         if self.balance_abs < 0:

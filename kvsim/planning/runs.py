@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.specs import Deployment, get_gpu, get_model
+from kvsim.planning.flag_table import check_value
 from kvsim.planning.vllm_flags import ALIASES as VLLM_ALIASES, translate
 from kvsim.specs.hf_config import load_hf_config
 from kvsim.specs.serving_dtype import with_dtype, with_quantization
@@ -47,7 +48,8 @@ def run_flags() -> tuple[str, ...]:
 
 #: The types of the deployment flags (the others' come from their dataclass fields).
 DEPLOYMENT_FLAG_TYPES = {"model": "str", "model_config": "str | None", "gpu": "str", "tp": "int",
-                         "kv_cache_dtype": "str", "max_model_len": "int | None",
+                         "kv_cache_dtype": "str", "max_model_len": "int | None", "dtype": "str | None",
+                         "quantization": "str | None",
                          "calibration": "str | None", "force_calibration": "bool"}
 
 
@@ -122,6 +124,7 @@ def make_config(config: SimConfig | None = None, **flags: Any) -> SimConfig:
     for name, value in flags.items():
         section, annotation = fields[name]
         parts[section][name] = _parse(name, value, annotation)
+        check_value(name, parts[section][name])          # the names and ranges `kvsim run` takes
     return dataclasses.replace(config, cache=dataclasses.replace(config.cache, **parts["cache"]),
                                scheduler=dataclasses.replace(config.scheduler, **parts["scheduler"]),
                                **parts[""])

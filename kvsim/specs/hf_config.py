@@ -179,7 +179,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     return ModelSpec(str(name), layers, hidden, heads, kv_heads, head_dim, dtype_bytes, max_len,
                      float(params), active_params=float(active) if experts else None,
                      num_experts=experts, experts_per_token=per_token, weight_bytes_per_param=wbytes,
-                     unquantized_params=unquantized, layer_groups=groups)
+                     unquantized_params=unquantized, layer_groups=groups,
+                     quant_method=str(quant.get("quant_method", "")).lower() if wbytes is not None else None)
 
 
 def _dtype_bytes(cfg: dict, path: Path) -> int:

@@ -45,6 +45,7 @@ class ModelSpec:
     unquantized_params: float = 0.0
     kv_dtype_bytes: int | None = None
     layer_groups: tuple[LayerGroup, ...] = ()
+    quant_method: str | None = None     # a quantized checkpoint's own `quantization_config.quant_method`
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",

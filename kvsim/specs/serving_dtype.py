@@ -54,6 +54,12 @@ def with_quantization(spec: ModelSpec, method: str | None) -> ModelSpec:
     if method is None or str(method).lower() in ("", "none"):
         return spec
     key = str(method).lower()
+    own = spec.quant_method
+    if own is not None and not (key.startswith(own) or own.startswith(key)):   # awq -> awq_marlin is fine
+        raise ValueError(f"--quantization {method}: {spec.name} is a {own} checkpoint (its config's "
+                         f"quantization_config.quant_method); vLLM refuses a different method")
+    if own is not None:
+        return spec                               # the checkpoint's own bytes per weight
     if key not in QUANTIZATIONS:
         raise ValueError(f"--quantization: unknown {method!r}; known: {', '.join(QUANTIZATIONS)}")
     if spec.weight_bytes_per_param is not None:

@@ -54,7 +54,9 @@ def test_a_quantized_checkpoint_keeps_its_own_bytes(tmp_path):
         "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 512,
         "intermediate_size": 512, "vocab_size": 1000, "torch_dtype": "bfloat16",
         "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}))
-    spec = make_config(model_config=str(tmp_path), quantization="fp8").deployment.model
+    spec = make_config(model_config=str(tmp_path), quantization="bitsandbytes").deployment.model
+    with pytest.raises(ValueError, match="bitsandbytes checkpoint"):     # vLLM refuses a different method
+        make_config(model_config=str(tmp_path), quantization="fp8")
     # bitsandbytes 4-bit: 0.5 byte per linear weight; embeddings (2 x 1000 x 256) in bf16
     emb = 2 * 1000 * 256
     linear = 2 * (2 * 256 * 256 + 2 * 256 * 256 + 3 * 256 * 512)

@@ -7,8 +7,7 @@ from typing import Optional
 
 import typer
 
-#: The largest fleet a report simulates (each replica is a whole engine, all in one process).
-MAX_REPLICAS = 1024
+from kvsim.fleet.config import MAX_UNITS as MAX_REPLICAS   # the one cap on per-unit counts
 
 FleetReplicasOpt = typer.Option(None, "--replicas", help="Add a fleet section: fleets of these many replicas "
                                 "(comma-separated, e.g. 4,16), each the whole deployment, behind each of --routers.")

@@ -68,6 +68,8 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
     to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
     `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
     for every run (tests)."""
+    from kvsim.fleet.config import check_units
+    check_units(max_gpus, "--max-gpus")
     if not rate_rps > 0:
         raise ValueError(f"--gpus-for must be > 0 requests/s, got {rate_rps}")
     if not 0 < target <= 1:

@@ -42,11 +42,9 @@ class DisaggConfig:
     link: KVLink
 
     def __post_init__(self) -> None:
-        if self.prefill_replicas < 1:
-            raise ValueError(f"--prefill-replicas must be >= 1, got {self.prefill_replicas}")
-        if self.decode_replicas < 1:
-            raise ValueError(f"--decode-replicas must be >= 1 (a P:D split needs a decode side), "
-                             f"got {self.decode_replicas}")
+        from kvsim.fleet.config import check_units
+        check_units(self.prefill_replicas, "--prefill-replicas")
+        check_units(self.decode_replicas, "--decode-replicas")
 
     @property
     def gpus(self) -> int:

@@ -171,7 +171,24 @@ def grid_points(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = N
     points = [{**base, **dict(zip(values, combo))} for combo in itertools.product(*values.values())]
     for point in points:
         check_workload(point)
+    check_applies(points, {**{k: [v] for k, v in base.items()}, **values})
     return points
+
+
+def check_applies(points: list[dict], values: Mapping[str, list]) -> None:
+    """The flag table's checks (`kvsim.planning.flag_table`, as `kvsim run` applies them) before any
+    run: every value one its key takes (`allocator=bogus`, `router=bogus`, `cpu_kv_gib=-1` stop the grid),
+    and every key applies to at least one point (`router` with one replica everywhere does not)."""
+    from kvsim.planning.flag_table import TABLE, check_value, setup_of
+    for key, vals in values.items():
+        for v in vals:
+            try:
+                check_value(key, v)
+            except ValueError as exc:
+                raise ValueError(f"grid key {key}: {exc}") from None
+        row = TABLE.get(key)
+        if row is not None and not any(row.applies(setup_of(p)) for p in points):
+            raise ValueError(f"grid key {key}: {row.why}")
 
 
 def check_workload(point: Mapping[str, Any], have_trace: bool = False) -> None:

@@ -145,7 +145,7 @@ def _trace_file(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--prefill-replicas", "2", "--decode-replicas", "0"], "--decode-replicas must be >= 1"),
+    (["--prefill-replicas", "2", "--decode-replicas", "0"], "--decode-replicas 0: must be"),
     (["--prefill-replicas", "2"], "--prefill-replicas needs --decode-replicas"),
     (["--decode-replicas", "2"], "--decode-replicas needs --prefill-replicas"),
     (["--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link", "nvlink9"], "unknown --kv-link 'nvlink9'"),
