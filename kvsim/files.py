@@ -108,6 +108,44 @@ def write_text_atomic(path: str | Path, text: str, flag: str | None = None) -> N
         f.write(text)
 
 
+def strict_json(value, default=None) -> str:
+    """`value` as strict JSON text (RFC 8259, what `JSON.parse` accepts), indented 2: a NaN or infinite
+    number becomes null and its dict gains `<key>_null_reason` saying which it was (in a list, the
+    list's key gets the reason); `default` as json.dumps takes it."""
+    return json.dumps(_finite(value), indent=2, default=default, allow_nan=False)
+
+
+def _reason(x: float) -> str:
+    return "NaN (not a number: undefined here)" if x != x else f"{'-' if x < 0 else ''}Infinity (unbounded)"
+
+
+def _bad(x) -> bool:
+    return isinstance(x, float) and not (x == x and abs(x) != float("inf"))
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        out = {}
+        for key, v in value.items():
+            out[key] = _finite(v)
+            bad = v if _bad(v) else next((x for x in v if _bad(x)), None) if isinstance(v, (list, tuple)) else None
+            if bad is not None:
+                out[f"{key}_null_reason"] = _reason(bad)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if _bad(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):     # numpy scalars
+        return _finite(value.item())
+    return value
+
+
+def write_json_atomic(path: str | Path, value, flag: str | None = None, default=None, end: str = "") -> None:
+    """`value` written to `path` as strict JSON (`strict_json`, then `end`), whole or not at all."""
+    write_text_atomic(path, strict_json(value, default) + end, flag)
+
+
 def _probe(folder: Path, what: str) -> None:
     """Create and delete a temporary file in `folder` (the one sure test that it can be written)."""
     try:

@@ -6,7 +6,6 @@ clear message on stderr and ends the program with exit status 2.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -25,7 +24,7 @@ from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt
 from kvsim.cli.options import Batching, HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
 from kvsim.cli.run_flags import check_run_flags
 from kvsim.cli.vllm_args import VllmCommand
-from kvsim.files import check_output_file, check_output_folder, mark_incomplete, write_text_atomic
+from kvsim.files import check_output_file, check_output_folder, mark_incomplete, write_json_atomic
 
 app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -213,7 +212,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
     if out is not None:
         write_outputs(out, result, cfg, steps_csv, fleet)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(result.summary, indent=2), "--json")
+        write_json_atomic(json_out, result.summary, "--json")
     if not quiet:
         print_summary(result.summary, f"{trace.name}: {cfg.deployment.model.name} on "
                       f"{cfg.deployment.tp} x {cfg.deployment.gpu.name}, {allocator.value}", result.requests)
@@ -286,7 +285,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     except ValueError as exc:
         error(str(exc))
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(written, indent=2), "--json")   # whole, at the end
+        write_json_atomic(json_out, written, "--json")   # whole, at the end
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
                          f"{base.deployment.tp} x {base.deployment.gpu.name}")

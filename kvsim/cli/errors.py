@@ -57,6 +57,10 @@ class KvsimGroup(TyperGroup):
             return super().invoke(ctx)
         except _CONTROL:
             raise
+        except KeyboardInterrupt:        # Ctrl-C: one line, exit 130 (outputs are whole or absent)
+            import os
+            os.write(2, b"kvsim: interrupted\n")
+            raise typer.Exit(130) from None
         except USER_ERRORS as exc:
             fail(describe(exc))
         except MemoryError:

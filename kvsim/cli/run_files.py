@@ -11,10 +11,9 @@ Files another kind of run left in the folder (a plain run's `steps.csv`, a fleet
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from kvsim.files import atomic_write, result_folder, write_text_atomic
+from kvsim.files import atomic_write, result_folder, write_json_atomic
 
 
 class StepsCsv:
@@ -109,8 +108,8 @@ def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | ReplicaSteps | N
                     result.steps.to_csv(f, index=False)
             with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
                 result.requests.to_csv(f, index=False)
-            write_text_atomic(folder / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str), "--out")
-            write_text_atomic(folder / "summary.json", json.dumps(result.summary, indent=2), "--out")
+            write_json_atomic(folder / "config.json", cfg.to_dict(), "--out", default=str)
+            write_json_atomic(folder / "summary.json", result.summary, "--out")
     except BaseException:
         if steps_csv is not None:
             steps_csv.discard()
@@ -130,14 +129,14 @@ def write_fleet_outputs(out: Path, result, cfg, fleet, steps: ReplicaSteps | Non
                 steps.commit()
             for r, summary in enumerate(result.summary["fleet"]["per_replica"]):
                 (folder / "replicas" / str(r)).mkdir(parents=True, exist_ok=True)
-                write_text_atomic(folder / "replicas" / str(r) / "summary.json", json.dumps(summary, indent=2), "--out")
+                write_json_atomic(folder / "replicas" / str(r) / "summary.json", summary, "--out")
             with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
                 result.requests.to_csv(f, index=False)
             with atomic_write(folder / "routing.csv", newline="", flag="--out") as f:
                 pd.DataFrame(result.routing).to_csv(f, index=False)
             config = {**cfg.to_dict(), "fleet": asdict(fleet)}
-            write_text_atomic(folder / "config.json", json.dumps(config, indent=2, default=str), "--out")
-            write_text_atomic(folder / "summary.json", json.dumps(result.summary, indent=2), "--out")
+            write_json_atomic(folder / "config.json", config, "--out", default=str)
+            write_json_atomic(folder / "summary.json", result.summary, "--out")
     except BaseException:
         if steps is not None:
             steps.discard()
@@ -151,8 +150,8 @@ def write_disagg_outputs(out: Path, requests, config: dict, summary: dict) -> No
         _drop_stale(folder, steps=True)
         with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
             requests.to_csv(f, index=False)
-        write_text_atomic(folder / "config.json", json.dumps(config, indent=2, default=str), "--out")
-        write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2), "--out")
+        write_json_atomic(folder / "config.json", config, "--out", default=str)
+        write_json_atomic(folder / "summary.json", summary, "--out")
 
 
 def _drop_stale(folder: Path, steps: bool, replicas: int = 0) -> None:

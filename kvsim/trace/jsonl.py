@@ -185,7 +185,8 @@ def _build(cols: dict[str, list], hbs: int | None, path: Path, strict: bool) -> 
                  beam_width=opt["beam_width"], prefix_tokens=ptoks, ids=ids,
                  prefix_group=codes, prefix_group_names=tuple(names),
                  hash_offsets=offsets, hash_values=values, hash_block_size=hbs,
-                 sample_offsets=s_off, sample_values=s_val, source=path.name)
+                 sample_offsets=s_off, sample_values=s_val, source=path.name,
+                 path=str(path))
 
 
 def _given(values: list) -> np.ndarray:

@@ -59,6 +59,7 @@ class Trace:
     sample_offsets: np.ndarray | None = None    # int64 [N + 1]
     sample_values: np.ndarray | None = None     # int64 [S], tokens
     source: str = ""
+    path: str = ""                     # the file read (messages find a request's line there); "" otherwise
 
     def __post_init__(self) -> None:
         num = len(self.arrival_s)
@@ -198,7 +199,7 @@ class Trace:
                      prefix_tokens=cut(self.prefix_tokens), ids=ids, prefix_group=cut(self.prefix_group),
                      prefix_group_names=self.prefix_group_names, hash_offsets=offsets, hash_values=values,
                      hash_block_size=self.hash_block_size, sample_offsets=s_off, sample_values=s_val,
-                     source=self.source)
+                     source=self.source, path=self.path)
 
     def head(self, k: int) -> Trace:
         """The first k requests."""

@@ -5,13 +5,12 @@ memory flags (`--kv-gib`, `--num-blocks`, `--gpu-mem-util` describe one instance
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from kvsim.files import check_output_file, write_text_atomic
+from kvsim.files import check_output_file, write_json_atomic
 
 PrefillReplicasOpt = typer.Option(None, "--prefill-replicas", help="Prefill/decode disaggregation: "
                                   "prefill instances (with --decode-replicas; DistServe).")
@@ -50,7 +49,7 @@ def run_disaggregated(cfg, trace_path: Path, load, max_requests: Optional[int], 
         error(str(exc))
     summary = disagg_summary(sim, ttft_slo, tpot_slo)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(summary, indent=2), "--json")
+        write_json_atomic(json_out, summary, "--json")
     if out is not None:
         _write_folder(out, sim, dcfg, summary)
     if not quiet:
@@ -126,4 +125,4 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%}"
                    f"{'  <- best' if r['best'] else ''}")
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps({"gpus_disagg": rows}, indent=2))
+        write_json_atomic(json_out, {"gpus_disagg": rows})

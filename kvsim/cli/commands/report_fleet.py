@@ -29,11 +29,16 @@ def fleet_request(replicas: Optional[str], routers: str, pd: Optional[str], kv_l
     from kvsim.fleet.config import ROUTERS
     from kvsim.fleet.disagg.kv_link import get_link
 
+    from kvsim.cli.run_flags import given_flags
+    given = given_flags()             # (what the command line gave; a default changes nothing)
     if replicas is None:
-        for flag, given in (("--pd", pd is not None), ("--fleet-only", fleet_only)):
-            if given:
+        for flag, name in (("--pd", "pd"), ("--fleet-only", "fleet_only"), ("--routers", "routers"),
+                           ("--kv-link", "kv_link"), ("--ttft-slo", "ttft_slo"), ("--tpot-slo", "tpot_slo")):
+            if name in given:
                 raise ValueError(f"{flag} needs --replicas (the fleet section)")
         return None
+    if pd is None and "kv_link" in given:
+        raise ValueError("--kv-link needs --pd (only prefill/decode splits move KV between instances)")
     sizes = _whole(replicas, "--replicas")
     names = [r.strip() for r in routers.split(",") if r.strip()]
     bad = [r for r in names if r not in ROUTERS]

@@ -6,7 +6,6 @@ line, field) to stderr and exits with status 2.
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +15,7 @@ import typer
 
 from kvsim.cli import bounds
 from kvsim.cli.errors import USER_ERRORS, describe
-from kvsim.files import check_output_file, write_text_atomic
+from kvsim.files import check_output_file, write_json_atomic
 
 trace_app = typer.Typer(help="Make, convert and describe request traces (JSONL, one request per line).",
                         no_args_is_help=True)
@@ -194,7 +193,7 @@ def stats(
         check_hash_flag(trace, hash_block_size, trace_path)
         s = trace.summary()
         if json_out is not None:
-            write_text_atomic(json_out, json.dumps(s, indent=2) + "\n", "--json")
+            write_json_atomic(json_out, s, "--json", end="\n")
     table, lines = _stats_table(s)
     console = Console()
     console.print(table)
