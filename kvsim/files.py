@@ -200,7 +200,11 @@ def result_folder(path: str | Path, last: str = "summary.json") -> Iterator[Path
     """Create folder `path` if needed and mark it INCOMPLETE (dropping an older `last` file) before the
     caller writes its files with `atomic_write`, `last` last; the marker goes only when the block ends
     normally, so a failure or Ctrl-C anywhere leaves a folder that says it is incomplete."""
-    path = mark_incomplete(path, last)
+    path = Path(path)
+    if (path / INCOMPLETE_MARKER).is_file():      # marked already (by a command that streamed files)
+        (path / last).unlink(missing_ok=True)
+    else:
+        mark_incomplete(path, last)
     yield path
     (path / INCOMPLETE_MARKER).unlink()
 

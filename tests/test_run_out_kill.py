@@ -7,8 +7,9 @@ incomplete, or it holds exactly one run's four files and nothing else, all of th
 result (5 requests) or the new one (the whole trace), told apart by the row counts, which the summary
 states independently of the CSV files (requests_total rows in requests.csv, engine_steps in steps.csv).
 
-The aimed trial kills the run the moment its streamed steps appear in DIR (the window where, before
-the fix, the old summary sat beside the new run's files without a marker); the other trials kill at
+The aimed trial kills the run the moment its steps start streaming (the window where, before the fix,
+the old summary sat in DIR beside the new run's temporary steps file without a marker; now the steps
+stream beside DIR and the older result stays whole until the end); the other trials kill at
 moments drawn uniformly over a whole run. Default suite: the aimed trial and 3 random ones; `--long`: 40.
 """
 
@@ -71,15 +72,24 @@ def _kill_when(out: Path, ready) -> None:
         proc.wait()
 
 
-def test_kill_while_steps_stream_leaves_the_folder_marked(tmp_path):
+def _streaming(out: Path) -> bool:
+    """Whether the run's steps are streaming (a temporary steps file inside or beside `out`)."""
+    return any(out.glob(".steps.csv.*.tmp")) or any(out.parent.glob(f".{out.name}.steps.csv.*.tmp"))
+
+
+def test_kill_while_steps_stream_leaves_the_older_result_whole(tmp_path):
     out = tmp_path / "run"
     _old_result(out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert _check(out) == "old"
-    _kill_when(out, lambda: any(out.glob(".steps.csv.*.tmp")))
-    assert _check(out) == "incomplete"
+    _kill_when(out, lambda: _streaming(out))
+    assert _check(out) in ("incomplete", "old")
+    if _check(out) == "old":                      # untouched, byte for byte
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # the next run over it cleans the killed run's temporary file and completes
     subprocess.run(_cmd(out), env=_env(), check=True, capture_output=True)
     assert _check(out) == "new"
+    assert not list(tmp_path.glob(".*.tmp")), "the killed run's temporary file was not cleaned"
 
 
 def _random_trials(tmp_path: Path, trials: int) -> dict:

@@ -24,7 +24,7 @@ from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt
 from kvsim.cli.options import Batching, HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
 from kvsim.cli.run_flags import check_run_flags
 from kvsim.cli.vllm_args import VllmCommand
-from kvsim.files import check_output_file, check_output_folder, mark_incomplete, write_json_atomic
+from kvsim.files import check_output_file, check_output_folder, write_json_atomic
 
 app = typer.Typer(cls=RootGroup, help="Simulate paged and contiguous KV-cache allocation for LLM serving.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -197,7 +197,6 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                                 block_size if cfg.resolved().cache.prefix_caching and not quiet else None)
         if max_requests is not None:
             tr = tr.head(min(max_requests, len(tr)))
-        _ = out is not None and mark_incomplete(out)     # marked before the first streamed step enters it
         with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet) as progress:
             # steps stream to steps.csv with --out; otherwise only their aggregates are kept
             result = run_one(tr, cfg, fleet, progress, steps_csv)     # one engine, or a fleet (kvsim.cli.commands.fleet)

@@ -13,26 +13,40 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvsim.files import atomic_write, result_folder, write_json_atomic
+from kvsim.files import atomic_write, result_folder, strict_json, write_text_atomic
 
 
 class StepsCsv:
     """A `simulate(step_sink=...)` that streams the step rows to `path` as they come (memory does not
-    grow with the steps): written to a unique temporary name next to it (`.steps.csv.PID.RANDOM.tmp`,
-    see kvsim.files.atomic_write), renamed by `commit()`. Write errors name `flag` and `path`."""
+    grow with the steps): written to a unique temporary name (`.NAME.PID.RANDOM.tmp`, see
+    kvsim.files.atomic_write), renamed onto `path` by `commit()`. Given the result `folder` that holds
+    `path`, the temporary file lies beside that folder (in its nearest existing ancestor, named after the
+    folder and the path inside it), so nothing of a running simulation enters the folder: a kill at any
+    moment leaves an older result there untouched, and a Ctrl-C before the end creates no folder. Write
+    errors name `flag` and `path`."""
 
-    def __init__(self, path: Path, flag: str = "--out"):
-        self.path, self.flag, self.tmp = path, flag, None
+    def __init__(self, path: Path, flag: str = "--out", folder: Path | None = None):
+        self.path, self.flag, self.folder, self.tmp = path, flag, folder, None
         self._file = None
+
+    def _place(self) -> tuple[Path, str]:
+        """(folder of the temporary file, its name stem)."""
+        if self.folder is None:
+            return self.path.parent, self.path.name
+        folder = Path(self.folder).absolute()
+        anchor = folder.parent
+        while not anchor.is_dir() and anchor != anchor.parent:
+            anchor = anchor.parent
+        return anchor, ".".join(self.path.absolute().relative_to(anchor).parts)
 
     def _open(self, header) -> None:
         import os
         import tempfile
         from kvsim.files import clean_stale_temps
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temps(self.path)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.{os.getpid()}.",
-                                   suffix=".tmp")
+        where, stem = self._place()
+        where.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(where / stem)
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{stem}.{os.getpid()}.", suffix=".tmp")
         self.tmp = Path(tmp)
         self._file = os.fdopen(fd, "w")
         self._file.write(",".join(header) + "\n")
@@ -62,6 +76,7 @@ class StepsCsv:
             self._file.close()
             from kvsim.files import _FILE_MODE
             os.chmod(self.tmp, _FILE_MODE)     # mkstemp's 0600 -> what open(path, "w") gives
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.tmp.replace(self.path)
         except OSError as exc:
             raise self._error(exc) from None
@@ -80,7 +95,7 @@ class ReplicaSteps:
     `simulate_fleet(step_sinks=...)` takes)."""
 
     def __init__(self, out: Path, replicas: int):
-        self.sinks = [StepsCsv(out / "replicas" / str(r) / "steps.csv") for r in range(replicas)]
+        self.sinks = [StepsCsv(out / "replicas" / str(r) / "steps.csv", folder=out) for r in range(replicas)]
 
     def commit(self) -> None:
         for sink in self.sinks:
@@ -108,8 +123,8 @@ def write_outputs(out: Path, result, cfg, steps_csv: StepsCsv | ReplicaSteps | N
                     result.steps.to_csv(f, index=False)
             with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
                 result.requests.to_csv(f, index=False)
-            write_json_atomic(folder / "config.json", cfg.to_dict(), "--out", default=str)
-            write_json_atomic(folder / "summary.json", result.summary, "--out")
+            write_text_atomic(folder / "config.json", strict_json(cfg.to_dict(), default=str), "--out")
+            write_text_atomic(folder / "summary.json", strict_json(result.summary), "--out")
     except BaseException:
         if steps_csv is not None:
             steps_csv.discard()
@@ -129,14 +144,14 @@ def write_fleet_outputs(out: Path, result, cfg, fleet, steps: ReplicaSteps | Non
                 steps.commit()
             for r, summary in enumerate(result.summary["fleet"]["per_replica"]):
                 (folder / "replicas" / str(r)).mkdir(parents=True, exist_ok=True)
-                write_json_atomic(folder / "replicas" / str(r) / "summary.json", summary, "--out")
+                write_text_atomic(folder / "replicas" / str(r) / "summary.json", strict_json(summary), "--out")
             with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
                 result.requests.to_csv(f, index=False)
             with atomic_write(folder / "routing.csv", newline="", flag="--out") as f:
                 pd.DataFrame(result.routing).to_csv(f, index=False)
             config = {**cfg.to_dict(), "fleet": asdict(fleet)}
-            write_json_atomic(folder / "config.json", config, "--out", default=str)
-            write_json_atomic(folder / "summary.json", result.summary, "--out")
+            write_text_atomic(folder / "config.json", strict_json(config, default=str), "--out")
+            write_text_atomic(folder / "summary.json", strict_json(result.summary), "--out")
     except BaseException:
         if steps is not None:
             steps.discard()
@@ -150,8 +165,8 @@ def write_disagg_outputs(out: Path, requests, config: dict, summary: dict) -> No
         _drop_stale(folder, steps=True)
         with atomic_write(folder / "requests.csv", newline="", flag="--out") as f:
             requests.to_csv(f, index=False)
-        write_json_atomic(folder / "config.json", config, "--out", default=str)
-        write_json_atomic(folder / "summary.json", summary, "--out")
+        write_text_atomic(folder / "config.json", strict_json(config, default=str), "--out")
+        write_text_atomic(folder / "summary.json", strict_json(summary), "--out")
 
 
 def _drop_stale(folder: Path, steps: bool, replicas: int = 0) -> None:

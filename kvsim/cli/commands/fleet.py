@@ -35,7 +35,7 @@ def steps_files(out, fleet):
     from kvsim.cli.run_files import ReplicaSteps, StepsCsv
     if out is None:
         return None
-    return StepsCsv(out / "steps.csv") if fleet.replicas == 1 else ReplicaSteps(out, fleet.replicas)
+    return StepsCsv(out / "steps.csv", folder=out) if fleet.replicas == 1 else ReplicaSteps(out, fleet.replicas)
 
 
 def run_one(trace, cfg, fleet, progress, steps_csv):
