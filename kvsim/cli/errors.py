@@ -58,8 +58,7 @@ class KvsimGroup(TyperGroup):
         except _CONTROL:
             raise
         except KeyboardInterrupt:        # Ctrl-C: one line, exit 130 (outputs are whole or absent)
-            import os
-            os.write(2, b"kvsim: interrupted\n")
+            typer.echo("kvsim: interrupted", err=True)
             raise typer.Exit(130) from None
         except USER_ERRORS as exc:
             fail(describe(exc))

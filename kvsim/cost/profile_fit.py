@@ -13,7 +13,6 @@ The fit is least squares of cpu_s = cpu_step_s + cpu_seq_s x batch_size, both ke
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,5 +92,5 @@ def write_profile(out: Path, base: str, fit: EngineFit, source: str, flag: str |
     (an I/O error names `out` and, given, the `flag` that chose it)."""
     data = {"name": out.stem, "base": base, "cpu_step_s": fit.cpu_step_s, "cpu_seq_s": fit.cpu_seq_s,
             "rms_error_s": fit.rms_error_s, "rows": fit.rows, "source": source}
-    from kvsim.files import write_text_atomic
-    write_text_atomic(out, json.dumps(data, indent=2) + "\n", flag)
+    from kvsim.files import write_json_atomic
+    write_json_atomic(out, data, flag, end="\n")

@@ -7,7 +7,6 @@ answer — is one message on stderr and exit status 2.
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,8 +59,8 @@ def _pairs(items: list[str], option: str) -> list[tuple[str, str]]:
 
 def _write_json(path: Path, data, flag: str = "--json") -> None:
     """`data` as JSON at `path`, whole or not at all (errors name `flag` and `path`)."""
-    from kvsim.files import write_text_atomic
-    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n", flag)
+    from kvsim.files import write_json_atomic
+    write_json_atomic(path, data, flag, default=str, end="\n")      # strict JSON: NaN/inf -> null + reason
 
 
 def capacity(

@@ -93,8 +93,11 @@ class DisaggSim:
     """One run of `trace` on `cfg` (`cost` replaces both sides' cost models: golden tests)."""
 
     def __init__(self, trace: Trace, cfg: DisaggConfig, cost=None):
-        if int(np.max(np.maximum(trace.n, trace.beam_width), initial=1)) > 1:
-            raise ValueError("disaggregated runs take single-sequence requests only (n = 1, no beams)")
+        from kvsim.trace.locate import first_multi_sequence, where
+        if (i := first_multi_sequence(trace)) is not None:
+            raise ValueError(f"{where(trace, i)}: n = {int(trace.n[i])}, beam_width = {int(trace.beam_width[i])}: "
+                             "disaggregated runs take single-sequence requests only (n = 1, no beams); a "
+                             "colocated run (without --prefill-replicas/--decode-replicas) serves it")
         self.trace, self.cfg = trace, cfg
         self.env = env = simpy.Environment()
         self.prefill = [_Instance(env, build_run(trace, cfg.prefill, PrefillScheduler), cost, self._prefilled)
