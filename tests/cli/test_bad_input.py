@@ -64,9 +64,9 @@ CASES = [   # (args with {name} placeholders, expected message)
     ("run {ok} --block-size 1000000", "--block-size 1000000 is larger than the whole KV cache"),
     ("run {ok} --tp 1000", "--tp 1000: opt-13b's 40 attention heads cannot be split evenly over 1000 GPUs"),
     ("run {ok} --model-config {zero_heads}",
-     "{zero_heads}: field 'num_attention_heads' must be an integer >= 1, got 0"),
+     "{zero_heads}: field 'num_attention_heads' must be an integer in [1, 65,536], got 0"),
     ("run {ok} --model-config {string_layers}",
-     "{string_layers}: field 'num_hidden_layers' must be an integer >= 1, got \"32\""),
+     "{string_layers}: field 'num_hidden_layers' must be an integer in [1, 4,096], got \"32\""),
 ]
 
 
