@@ -110,6 +110,14 @@ def test_python_api_checks_values_with_the_same_table():
         make_config(cpu_kv_gib=-1)
 
 
+def test_python_api_refuses_a_flag_that_cannot_apply():
+    import kvsim
+    tr = kvsim.generate_trace("alpaca", rate_rps=2, num_requests=3, seed=0)
+    with pytest.raises(ValueError, match="--reserve pow2: only the contiguous allocator"):
+        kvsim.simulate(tr, kv_gib=12, reserve="pow2")
+    assert kvsim.simulate(tr, kv_gib=12, allocator="contiguous", reserve="pow2").summary["requests_finished"] == 3
+
+
 def test_the_table_is_one_row_per_flag_and_every_refusal_says_why():
     assert len(TABLE) == len(ROWS)
     for row in ROWS:

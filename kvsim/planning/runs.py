@@ -210,6 +210,11 @@ def simulate(trace: Trace | str | Path, config: SimConfig | None = None, *,
 
     if not isinstance(trace, Trace):
         trace = load_trace(trace)
+    if flags:                       # the flags given, against where they apply (as `kvsim run` checks them)
+        from kvsim.planning.flag_table import check_flags, setup_of
+        given = {normalize_flag(k): v for k, v in translate(flags)[0].items()}
+        allocator = given.get("allocator") or (config.cache.allocator if config is not None else "paged")
+        check_flags(given, setup_of({**given, "allocator": allocator}))
     if config is None or flags:
         config = make_config(config, **flags)
     return run(trace, config, progress)
