@@ -116,5 +116,6 @@ def test_kill_at_random_moments(tmp_path):
 @pytest.mark.long
 def test_kill_at_many_random_moments(tmp_path):
     seen = _random_trials(tmp_path, 40)
+    print(f"kill trials: {seen}")
     assert sum(seen.values()) == 40
     assert seen["incomplete"] > 0          # the kills did land inside runs

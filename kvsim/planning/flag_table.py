@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kvsim.fleet.config import ROUTERS
+from kvsim.fleet.config import MAX_UNITS, ROUTERS
 from kvsim.fleet.disagg.kv_link import LINKS
 
 
@@ -39,13 +39,14 @@ def _always(s: Setup) -> bool:
 @dataclass(frozen=True, slots=True)
 class FlagRow:
     """One run flag (`_` spelling): `values` the names it takes (empty: any); `low` its lowest value
-    (`low_open`: excluded); `applies(setup)` whether it can change the run, `why` said when it cannot;
+    (`low_open`: excluded) and `high` its highest; `applies(setup)` whether it can change the run, `why` said when it cannot;
     `note_only`: vLLM accepts and ignores it there, so kvsim keeps it with a note instead of refusing."""
 
     flag: str
     values: tuple[str, ...] = ()
     low: float | None = None
     low_open: bool = False
+    high: float | None = None
     applies: Callable[[Setup], bool] = _always
     why: str = ""
     note_only: bool = False
@@ -89,14 +90,14 @@ ROWS: tuple[FlagRow, ...] = (
     FlagRow("preemption", values=("recompute", "swap")),
     FlagRow("sample_lengths", values=("equal", "uniform")),
     FlagRow("cpu_kv_gib", low=0.0),
-    FlagRow("replicas", low=1, applies=lambda s: s.mode != "pd",
+    FlagRow("replicas", low=1, high=MAX_UNITS, applies=lambda s: s.mode != "pd",
             why="a P/D run is sized by --prefill-replicas and --decode-replicas"),
     FlagRow("router", values=ROUTERS, applies=_fleet, why="one engine has nothing to route (give --replicas N > 1)"),
     FlagRow("router_balance_abs", low=0, applies=_prefix_router, why=_PREFIX),
     FlagRow("router_balance_rel", low=1, applies=_prefix_router, why=_PREFIX),
     FlagRow("router_cache_threshold", low=0, applies=_prefix_router, why=_PREFIX),
-    FlagRow("prefill_replicas", low=1),
-    FlagRow("decode_replicas", low=1),
+    FlagRow("prefill_replicas", low=1, high=MAX_UNITS),
+    FlagRow("decode_replicas", low=1, high=MAX_UNITS),
     FlagRow("kv_link", values=tuple(LINKS), applies=_pd, why=_PD_ONLY),
     FlagRow("prefill_tp", low=1, applies=_pd, why=_PD_ONLY),
     FlagRow("decode_tp", low=1, applies=_pd, why=_PD_ONLY),
@@ -137,6 +138,9 @@ def check_value(flag: str, value: Any) -> None:
         if not ok:
             raise ValueError(f"{row.option} {value}: must be a finite number {'>' if row.low_open else '>='} "
                              f"{row.low:g}")
+    if row.high is not None and _number(value) > row.high:
+        raise ValueError(f"{row.option} {value}: must be a whole number from 1 to {row.high:,} (the cap on "
+                         "replicas and every other per-unit count; each is simulated in this process)")
 
 
 def check_flags(given: Mapping[str, Any], setup: Setup) -> list[str]:

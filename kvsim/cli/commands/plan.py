@@ -114,6 +114,8 @@ def capacity(
             raise ValueError("--gpus-for needs at least one --slo")
         if router is not None and gpus_for is None:
             raise ValueError("--router sizes a fleet: give --gpus-for RATE (and --slo)")
+        from kvsim.planning.flag_table import check_value
+        check_value("router", router)                      # the names `kvsim run` takes, before any run
         from kvsim.cli import bounds
         from kvsim.files import check_output_file
         if json_out is not None:
