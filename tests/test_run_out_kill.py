@@ -10,7 +10,7 @@ states independently of the CSV files (requests_total rows in requests.csv, engi
 The aimed trial kills the run the moment its steps start streaming (the window where, before the fix,
 the old summary sat in DIR beside the new run's temporary steps file without a marker; now the steps
 stream beside DIR and the older result stays whole until the end); the other trials kill at
-moments drawn uniformly over a whole run. Default suite: the aimed trial and 3 random ones; `--long`: 40.
+moments drawn uniformly over a whole run. Default suite: the aimed trial and 2 random ones; `--long`: 40.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,8 +40,17 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _old_result(out: Path) -> None:
+@pytest.fixture(scope="module")
+def old_result(tmp_path_factory) -> Path:
+    """A complete older result (the trace's first 5 requests), made once and copied for each trial."""
+    out = tmp_path_factory.mktemp("old") / "run"
     subprocess.run(_cmd(out, "--max-requests", "5"), env=_env(), check=True, capture_output=True)
+    return out
+
+
+def _copy(old: Path, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(old, out)
 
 
 def _rows(path: Path) -> int:
@@ -77,9 +87,9 @@ def _streaming(out: Path) -> bool:
     return any(out.glob(".steps.csv.*.tmp")) or any(out.parent.glob(f".{out.name}.steps.csv.*.tmp"))
 
 
-def test_kill_while_steps_stream_leaves_the_older_result_whole(tmp_path):
+def test_kill_while_steps_stream_leaves_the_older_result_whole(tmp_path, old_result):
     out = tmp_path / "run"
-    _old_result(out)
+    _copy(old_result, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert _check(out) == "old"
     _kill_when(out, lambda: _streaming(out))
@@ -87,20 +97,23 @@ def test_kill_while_steps_stream_leaves_the_older_result_whole(tmp_path):
     if _check(out) == "old":                      # untouched, byte for byte
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # the next run over it cleans the killed run's temporary file and completes
-    subprocess.run(_cmd(out), env=_env(), check=True, capture_output=True)
+    subprocess.run(_cmd(out, "--max-requests", "50"), env=_env(), check=True, capture_output=True)
     assert _check(out) == "new"
     assert not list(tmp_path.glob(".*.tmp")), "the killed run's temporary file was not cleaned"
 
 
-def _random_trials(tmp_path: Path, trials: int) -> dict:
-    start = time.monotonic()
-    subprocess.run(_cmd(tmp_path / "ref"), env=_env(), check=True, capture_output=True)
-    whole = time.monotonic() - start
+def _random_trials(tmp_path: Path, old: Path, trials: int, whole: float | None = None) -> dict:
+    """Kill `trials` runs over copies of `old` at moments drawn uniformly over `whole` x 1.1 seconds (default:
+    one whole run, timed here)."""
+    if whole is None:
+        start = time.monotonic()
+        subprocess.run(_cmd(tmp_path / "ref"), env=_env(), check=True, capture_output=True)
+        whole = time.monotonic() - start
     rng = random.Random(40)
     seen = {"incomplete": 0, "old": 0, "new": 0}
     for trial in range(trials):
         out = tmp_path / f"t{trial}"
-        _old_result(out)
+        _copy(old, out)
         moment = rng.uniform(0.0, whole * 1.1)
         t0 = time.monotonic()
         _kill_when(out, lambda: time.monotonic() - t0 >= moment)
@@ -108,14 +121,14 @@ def _random_trials(tmp_path: Path, trials: int) -> dict:
     return seen
 
 
-def test_kill_at_random_moments(tmp_path):
-    seen = _random_trials(tmp_path, 3)
-    assert sum(seen.values()) == 3
+def test_kill_at_random_moments(tmp_path, old_result):
+    seen = _random_trials(tmp_path, old_result, 2, whole=2.0)     # (a run takes about 1-2 s here)
+    assert sum(seen.values()) == 2
 
 
 @pytest.mark.long
-def test_kill_at_many_random_moments(tmp_path):
-    seen = _random_trials(tmp_path, 40)
+def test_kill_at_many_random_moments(tmp_path, old_result):
+    seen = _random_trials(tmp_path, old_result, 40)
     print(f"kill trials: {seen}")
     assert sum(seen.values()) == 40
-    assert seen["incomplete"] > 0          # the kills did land inside runs
+    assert seen["incomplete"] + seen["old"] > 0          # the kills did land inside runs
