@@ -185,9 +185,8 @@ def check_output_folder(path: str | Path, flag: str) -> None:
 
 def mark_incomplete(path: str | Path, last: str = "summary.json") -> Path:
     """Create folder `path` if needed, write its INCOMPLETE marker, then drop an older `last` file: from
-    here on the folder says it is not one complete result. A command that streams files into the folder
-    while it works (`kvsim run --out` streams steps.csv) calls this before its first byte goes there, so a
-    kill at any moment leaves a folder marked incomplete, never an older result beside new files."""
+    here on the folder says it is not one complete result (`result_folder` starts with it; a command that
+    streamed files into the folder while it worked would have to call it before its first byte)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path / INCOMPLETE_MARKER, _MARKER_TEXT)
