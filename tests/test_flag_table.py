@@ -135,3 +135,16 @@ def test_json_is_strict_even_where_a_metric_is_undefined(tmp_path):
     assert doc["x"] is None and "NaN" in doc["x_null_reason"]
     assert doc["y"]["z"] is None and "Infinity" in doc["y"]["z_null_reason"]
     assert doc["w"] == [1.0, None] and "Infinity" in doc["w_null_reason"]
+
+
+def test_a_grid_no_point_of_which_can_be_served_stops_before_any_run(tmp_path):
+    out = tmp_path / "sw"
+    res = runner.invoke(app, ["sweep", TINY, "--grid", "model=llama-2-70b", "-o", str(out)])
+    assert res.exit_code == 2 and "no point of the grid can be served" in res.output, res.output
+    assert "weights leave no memory" in res.output and not out.exists()
+
+
+def test_a_grid_with_some_unservable_points_warns_up_front_and_keeps_failed_rows(tmp_path):
+    res = runner.invoke(app, ["sweep", TINY, "--grid", "tp=1,3", "--set", "model=llama-3-8b", "--set", "gpu=h100-80gb",
+                              "-o", str(tmp_path / "sw")])
+    assert res.exit_code == 0 and "1 of 2 grid points cannot be served" in res.output, res.output
