@@ -131,7 +131,9 @@ def run_cases() -> list[tuple[str, list[str], str | None]]:
     tmp = Path(tempfile.mkdtemp(prefix="probe40-"))
     for grid, tok in [("allocator=bogus", "allocator"), ("router=bogus", "router"), ("cpu_kv_gib=-1", "cpu_kv_gib"),
                       ("router=least-kv", "router"), ("block_size=abc", "block_size"), ("kv_link=pcie", "kv_link"),
-                      ("replicas=1000000", "1,024"), ("dtype=bfloat16,float16", None), ("quantization=fp8", None)]:
+                      ("replicas=1000000", "1,024"), ("dtype=bfloat16,float16", None), ("quantization=fp8", None),
+                      ("model=llama-2-70b", "can be served"), ("tp=3", "--tp 3"), ("reserve=pow2", "reserve"),
+                      ("prefill_tp=2", "prefill_tp")]:
         cases.append(("sweep", ["sweep", TINY, "--grid", grid, "-o", str(tmp / f"sw{len(cases)}")], tok))
     for args, tok in [(["--sample-lengths", "bogus"], "--sample-lengths"), (["--gpu", "bogus"], "bogus"),
                       (["--kv-gib", "nan"], "--kv-gib"), (["--tp", "3", "--model", "llama-3-8b"], "--tp"),
