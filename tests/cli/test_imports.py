@@ -125,9 +125,10 @@ def test_a_rate_search_loads_no_pandas_and_writes_what_pandas_would(tmp_path):
     assert "'rich'" in loaded and "pandas" not in loaded, run.stderr
     got = json.loads(out.read_text())
     static = kvsim.static_capacity(lengths="alpaca", kv_gib=1.0).to_dict("records")
-    assert json.dumps(got["static"]) == json.dumps(static)
+    from kvsim.files import strict_json       # (the file is strict JSON: NaN/Infinity -> null + a reason)
+    assert json.dumps(got["static"]) == json.dumps(json.loads(strict_json(static)))
     res = kvsim.max_rate({"ttft_p99": 1}, **args)
     curve = pd.DataFrame(res.rows).drop(columns=["wall_s", "sim_wall_s"]).to_dict("records")
     assert json.dumps([{k: v for k, v in r.items() if k not in ("wall_s", "sim_wall_s")}
-                       for r in got["rate"]["curve"]]) == json.dumps(curve)
+                       for r in got["rate"]["curve"]]) == json.dumps(json.loads(strict_json(curve)))
     assert got["rate"]["rate_rps"] == res.rate_rps and len(curve) >= 3
