@@ -142,6 +142,7 @@ def _rows(s: dict) -> list[tuple[str, str]]:
                                                    ("kv_memory", "max_num_seqs", "token_budget"))
          if "limited_by" in s else "-"),
         ("compute-bound steps", f"{s['compute_bound_fraction']:.0%}" if "compute_bound_fraction" in s else "-"),
+        ("GPU busy (steps / span)", f"{s['gpu_busy_fraction']:.0%}" if "gpu_busy_fraction" in s else "-"),
         ("swaps out / in (GB)", f"{s['swap']['swap_outs']:,} / {s['swap']['swap_ins']:,} "
                                 f"({s['swap']['bytes'] / 1e9:.3g})" if "swap" in s else "-"),
         ("recomputed tokens", f"{s['recomputed_tokens']:,}" if "recomputed_tokens" in s else "-"),

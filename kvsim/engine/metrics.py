@@ -5,8 +5,7 @@ snapshot is weighted by the step's duration. The step log buffers one tuple per 
 snapshots as one table, `kvsim.alloc.base.MemoryTable`: one float64 table; as counts, a `TickRun` or
 `FillRun` of kvsim/alloc/: as they are, expanded together later) and folds them, `CHUNK` rows at a time,
 into numpy columns and running aggregates (all the summary needs), so a run's memory does not grow
-with its steps unless the rows are kept (`keep=True`, for `steps.csv` or the steps table) or handed to
-a sink."""
+with its steps unless rows are kept (`keep=True`: `steps.csv`, the steps table) or sent to a sink."""
 
 from __future__ import annotations
 
@@ -277,6 +276,7 @@ def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_t
         "limited_by": {name: steps.limit_s[code] / steps.total_s if steps.total_s else 0.0
                        for code, name in enumerate(LIMITS) if code},
         "compute_bound_fraction": steps.compute_bound_s / steps.total_s if steps.total_s else 0.0,
+        "gpu_busy_fraction": steps.total_s / duration if duration else 0.0,   # steps' time / span
         "sim_wall_s": sim_wall_s,
         "engine_steps": num_steps,
     }

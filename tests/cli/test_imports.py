@@ -116,9 +116,10 @@ def test_a_rate_search_loads_no_pandas_and_writes_what_pandas_would(tmp_path):
             "try:\n    main()\nexcept SystemExit as exc:\n    print(exc.code, file=sys.stderr)\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
     out = tmp_path / "c.json"
-    args = dict(preset="alpaca", duration_s=30.0, rel_tol=0.2, workers=1, kv_gib=1.0)   # floats, as typer gives
+    args = dict(preset="alpaca", duration_s=30.0, rel_tol=0.2, workers=1, kv_gib=1.0,   # floats, as typer gives
+                max_span_s=30.0)
     run = subprocess.run([sys.executable, "-c", code, "kvsim", "capacity", "--kv-gib", "1", "--preset", "alpaca",
-                          "--duration", "30", "--rel-tol", "0.2", "--slo", "ttft_p99=1", "--workers", "1",
+                          "--duration", "30", "--max-span", "30", "--rel-tol", "0.2", "--slo", "ttft_p99=1", "--workers", "1",
                           "--json", str(out)], cwd=ROOT, text=True, capture_output=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": ""})
     loaded = run.stdout.strip().splitlines()[-1]

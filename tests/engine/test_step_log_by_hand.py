@@ -154,6 +154,7 @@ def test_summary_by_hand(log):
         "prefix_cache_hit_tokens": 6, "prefix_cache_hit_rate": 0.25,
         "limited_by": {"kv_memory": approx(1 / 4.25), "max_num_seqs": 0.0, "token_budget": approx(1 / 4.25)},
         "compute_bound_fraction": approx(1.25 / 4.25), "sim_wall_s": 0.125, "engine_steps": 7,
+        "gpu_busy_fraction": approx(4.25 / 4.5),        # 4.25 s of steps over the 4.5 s span (idle 0.25 s)
     }
 
 

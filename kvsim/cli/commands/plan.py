@@ -89,7 +89,10 @@ def capacity(
                                          "simulating the whole fleet behind this router (round-robin, "
                                          "least-requests, least-kv, prefix-aware) instead of dividing."),
     duration: float = typer.Option(600.0, "--duration", help="Seconds of Poisson arrivals per rate tried "
-                                   "(--preset)."),
+                                   "(--preset); a run that cannot tell its steady-state verdict yet runs again "
+                                   "on twice as many, up to --max-span."),
+    max_span: float = typer.Option(3600.0, "--max-span", help="Longest Poisson trace (s) a rate is run on "
+                                   "while its queue still grows or its SLO batch means cannot decide."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the synthetic traces."),
     rel_tol: float = typer.Option(0.05, "--rel-tol", help="Stop when the rate bracket is this narrow "
                                   "(relative)."),
@@ -121,6 +124,7 @@ def capacity(
         if json_out is not None:
             check_output_file(json_out, "--json")
         bounds.capacity_flags(gpus_for, duration, rel_tol, max_runs, workers, seed, trace is None)
+        bounds.duration(max_span, "--max-span")
         options = _tp_options(tp_options)
         if gpus_for is not None and (kv_gib is not None or num_blocks is not None):
             raise ValueError("--gpus-for sizes each TP degree's KV cache from its GPU memory (--gpu-mem-util); "
@@ -166,11 +170,12 @@ def capacity(
         if slo_limits:
             import sys
             res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
-                              rel_tol=rel_tol, max_runs=max_runs, workers=workers,
+                              rel_tol=rel_tol, max_runs=max_runs, workers=workers, max_span_s=max_span,
                               progress=lambda msg: print(msg, file=sys.stderr, flush=True), **flags)
             curve = records(res.rows)
             _print_rate(console, res, curve)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
+                           "knee_below_rps": res.hi_rps, "judged_on_s": res.span_s, "note": res.note,
                            "curve": curve}
         if gpus_for is not None and router is not None:      # fleets simulated (kvsim/planning/rate/fleet_gpus.py)
             from kvsim.cli.commands.fleet import print_fleet_gpus
@@ -185,7 +190,8 @@ def capacity(
             from kvsim.planning.rate.gpus import gpus_for_rate
             df = gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
                                   preset=preset or "sharegpt", duration_s=duration, seed=seed,
-                                  rel_tol=rel_tol, max_runs=max_runs, workers=workers, **gflags)
+                                  rel_tol=rel_tol, max_runs=max_runs, workers=workers, max_span_s=max_span,
+                                  **gflags)
             _print_gpus(console, df, gpus_for)
             out["gpus"] = df.to_dict("records")
         if json_out is not None:
@@ -258,9 +264,12 @@ def _print_rate(console, res, curve: list[dict]) -> None:
                   f"{r.get('kv_peak_allocated_fraction', float('nan')):.0%}",
                   limiting_factor(r) if r.get("status") == "ok" else r.get("error", ""))
     console.print(t)
+    knee = (f" (the knee lies below {res.hi_rps:.3g} req/s, the lowest rate that failed" +
+            (f"; judged at steady state on {res.span_s:.0f} s of arrivals" if res.span_s else "") + ")"
+            if res.hi_rps else "")
     console.print(f"highest rate meeting {', '.join(f'{k} <= {v:g}' for k, v in res.slo.items())}: "
-                  f"[bold]{res.rate_rps:.3g} req/s[/]; limited at the knee by {res.limited_by}",
-                  highlight=False)
+                  f"[bold]{res.rate_rps:.3g} req/s[/]{knee}; limited at the knee by {res.limited_by}"
+                  + (f"\nnote: the answer is {res.note}" if res.note else ""), highlight=False)
 
 
 def _print_gpus(console, df, rate: float) -> None:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None,
                   *, tp_options: Sequence[int] = (1, 2, 4, 8), trace: Trace | str | None = None,
                   preset: str | None = "sharegpt", duration_s: float = 600.0, seed: int = 0,
-                  rel_tol: float = 0.05, max_runs: int = 12, workers: int = 1, **flags: Any) -> pd.DataFrame:
+                  rel_tol: float = 0.05, max_runs: int = 12, workers: int = 1, max_span_s: float = 3600.0,
+                  **flags: Any) -> pd.DataFrame:
     """For each tensor-parallel degree: whether the weights fit, the highest rate one replica serves
     under `slo` (capped at `rate_rps`), the replicas needed for `rate_rps` (Poisson traffic split evenly)
     and the GPUs in all; `best` marks the fewest GPUs (ties: the smaller TP). KV memory comes from
@@ -43,13 +44,13 @@ def gpus_for_rate(rate_rps: float, slo: Sequence[str] | Mapping[str, float], con
         try:
             res = max_rate(slo, c, trace=trace, preset=preset, duration_s=duration_s, seed=seed,
                            lo_rps=rate_rps, hi_rps=rate_rps, rel_tol=rel_tol, max_runs=max_runs,
-                           workers=workers)
+                           workers=workers, max_span_s=max_span_s)
         except ValueError as exc:
             row["note"] = str(exc)
             continue
         replicas = math.ceil(rate_rps / res.rate_rps - 1e-9)
         row.update(max_rate_rps=res.rate_rps, replicas=replicas, gpus=tp * replicas,
-                   limited_by=res.limited_by if replicas > 1 else "")
+                   limited_by=res.limit_key if replicas > 1 else "")
         best = min(best or math.inf, tp * replicas)
     df = pd.DataFrame(rows)
     if best is None:

@@ -34,10 +34,32 @@ def run_rate(point: Mapping[str, Any], trace: Trace | None, config: SimConfig,
         result = simulate(tr, config, keep_steps=False, stop_when=SloWatch(slo, tr.arrival_s, tr.output_tokens))
         row.update({**config_row(config), **point, **summary_row(result.summary)})
         row.update(status="ok", error="")
+        row.update(_steady_row(result.request_columns, tr, point, slo, result.summary.get("stopped_early_s")))
     except Exception as exc:  # noqa: BLE001 - a failing rate is a recorded row, as in a sweep
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
     row["wall_s"] = time.perf_counter() - start
     return row
+
+
+def _steady_row(columns: Mapping[str, Any], trace: Trace, point: Mapping[str, Any], slo: Mapping[str, float],
+                stopped_s: float | None) -> dict[str, Any]:
+    """The run's steady-state figures over the second half of what it simulated (up to `stopped_s`, else
+    the trace's span: the point's duration, else its last arrival): `span_s`, `trend_z`, `trend_excess`,
+    `trend_in_system` (`kvsim.planning.rate_steady.trend`) and `steady_verdict`
+    (`kvsim.planning.rate_windows.verdict`)."""
+    import numpy as np
+
+    from kvsim.planning.rate_steady import trend
+    from kvsim.planning.rate_windows import verdict
+
+    arrival = np.asarray(columns["arrival_s"], dtype=float)
+    finished = np.asarray(columns["finished_s"], dtype=float)
+    finished = np.where(np.asarray(columns["status"]) == "rejected", arrival, finished)
+    span = float(point["duration_s"]) if point.get("duration_s") is not None else float(trace.arrival_s[-1])
+    t_end = span if stopped_s is None else float(stopped_s)
+    t = trend(arrival, np.where(finished > t_end, np.nan, finished), t_end)
+    return {"span_s": span, "trend_z": t.z, "trend_excess": t.excess, "trend_in_system": t.mean_in_system,
+            "steady_verdict": verdict(columns, slo, t_end)}
 
 
 def _key(point: Mapping[str, Any], trace: Trace | None, config: SimConfig, slo: Mapping[str, float]) -> tuple:

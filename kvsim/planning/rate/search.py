@@ -9,7 +9,10 @@ within `rel_tol`. A run stops
 as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
 a fraction of a run. A preset's rates all
 replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
-duration; a real trace is rescaled likewise. Should the curve still be non-monotone near the knee, the
+duration; a real trace is rescaled likewise. A rate is judged at steady state (`kvsim.planning.rate_steady`,
+`kvsim.planning.rate_windows`): a run whose requests in the system still grow, or whose SLO batch means
+cannot tell pass from fail, runs again on a trace twice as long (up to `max_span_s`), so the answer
+does not move with `--duration`. Should the curve still be non-monotone near the knee, the
 answer is the highest passing rate below the lowest failing one. Each rate is one run on
 a Poisson trace of a preset at that rate, or on a real trace with its arrivals rescaled to it. The
 tried rates form the latency-against-rate curve; the first failing rate is the knee, and the summary's
@@ -22,6 +25,7 @@ tried rates form the latency-against-rate curve; the first failing rate is the k
 from __future__ import annotations
 
 import math
+from operator import mul
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -37,7 +41,7 @@ if TYPE_CHECKING:
 #: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
 SLO_METRICS = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99", "mean")) + (
     "normalized_latency",)
-LIMITS = ("kv_memory", "max_num_seqs", "token_budget", "compute")
+LIMITS = ("kv_memory", "max_num_seqs", "token_budget", "compute", "latency")
 #: Rates the bracket search stays within, req/s.
 MIN_RATE_RPS, MAX_RATE_RPS = 1 / 64, 4096.0
 
@@ -78,27 +82,19 @@ def slo_value(row: Mapping[str, Any], metric: str) -> float | None:
 
 def meets(row: Mapping[str, Any], slo: Mapping[str, float]) -> bool:
     """Whether a run row finished without error and every SLO metric is within its limit (a run the
-    search stopped early, `stopped_early_s`, had missed it for certain)."""
-    if row.get("status") != "ok" or row.get("stopped_early_s") is not None:
+    search stopped early, `stopped_early_s`, had missed it for certain; one whose queue still grew at the
+    longest trace tried, `still_growing`, is not stable: `kvsim.planning.rate_steady`)."""
+    if row.get("status") != "ok" or row.get("stopped_early_s") is not None or row.get("still_growing"):
         return False
     return all((v := slo_value(row, m)) is not None and v <= limit for m, limit in slo.items())
 
 
 def limiting_factor(row: Mapping[str, Any]) -> str:
-    """What held requests back in a run: the largest `limited_by` fraction (of the run's time, a limit
-    held waiting requests back), with `compute` the rest (time no admission limit explains: latency
-    from step times). Without `limited_by`: KV memory when the cache was nearly full or had under 10 %
-    truly free on average (contiguous: the rest reserved or fragmented), else the batch size decides."""
-    fractions = {k: row.get(f"limited_by_{k}") for k in LIMITS[:3]}
-    if all(isinstance(v, (int, float)) and v == v for v in fractions.values()):
-        fractions["compute"] = max(0.0, 1.0 - sum(fractions.values()))
-        return max(fractions, key=fractions.get)
-    free = row.get("kv_mean_fraction_free")
-    if (row.get("kv_peak_allocated_fraction") or 0) >= 0.9 or (free is not None and free < 0.1):
-        return "kv_memory"
-    if row.get("max_batch_size", 0) >= row.get("max_num_seqs", math.inf):
-        return "max_num_seqs"
-    return "compute"
+    """What limited a run (`kvsim.planning.limits.limit_of`: the admission limit that bound the batch, or
+    `compute` when the GPU was busy, `latency` when it was not): the key; `limit_of(row).text` says it
+    with the run's figures."""
+    from kvsim.planning.limits import limit_of
+    return limit_of(row).key
 
 
 @dataclass
@@ -113,6 +109,18 @@ class RateResult:
     limited_by: str
     knee: dict = field(default_factory=dict)
     ceiling_rps: float = math.inf          # the serving ceiling the search stayed under (req/s)
+    span_s: float | None = None            # the trace span (s) the answer was judged steady on
+    note: str = ""                         # why the answer is a bound ('' when it is not)
+
+    @property
+    def limit_key(self) -> str:
+        """`limited_by`'s key (`kvsim.planning.limits.KEYS`), or `none` when no rate tried failed."""
+        return limiting_factor(self.knee) if self.knee else "none"
+
+    @property
+    def hi_rps(self) -> float | None:
+        """The lowest failing rate (req/s): the knee lies in [rate_rps, hi_rps); None when none failed."""
+        return self.knee.get("rate")
 
     @cached_property
     def curve(self) -> pd.DataFrame:
@@ -122,25 +130,28 @@ class RateResult:
         return pd.DataFrame(self.rows)
 
 
-def _evaluate(rates: list[float], cfg: SimConfig, workload: dict, trace: Trace | None,
-              workers: int, slo: Mapping[str, float]) -> list[dict]:
+def _evaluate(rates: list[float], spans: list[float | None], cfg: SimConfig, workload: dict,
+              trace: Trace | None, workers: int, slo: Mapping[str, float]) -> list[dict]:
     """One run per rate (`kvsim.planning.rate.runs`: stopped once it has missed `slo`): `trace`
     rescaled to the rate (a real trace: `rate`; the common base trace of a preset: `time_scale`
-    1/rate, cut at `duration_s`); rows in the order of `rates`."""
+    1/rate, cut at its span in `spans`, s); rows in the order of `rates`."""
     from kvsim.planning.rate.runs import evaluate
 
     key = "rate" if "duration_s" not in workload else "time_scale"
-    points = [{**workload, key: r if key == "rate" else 1.0 / r} for r in rates]
-    rows: dict[float, dict] = {}
-    evaluate(points, trace, cfg, slo, workers, lambda row: rows.__setitem__(row[key], row))
-    return [{**rows[p[key]], "rate": r} for p, r in zip(points, rates)]
+    points = [{**workload, key: r if key == "rate" else 1.0 / r, **({"duration_s": d} if key != "rate" else {})}
+              for r, d in zip(rates, spans)]
+    from kvsim.planning.sweep.grid import run_id
+
+    rows: dict[str, dict] = {}
+    evaluate(points, trace, cfg, slo, workers, lambda row: rows.__setitem__(row["run_id"], row))
+    return [{**rows[run_id(p)], "rate": r} for p, r in zip(points, rates)]
 
 
 def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None = None, *,
              trace: Trace | str | None = None, preset: str | None = "sharegpt", duration_s: float = 600.0,
              seed: int = 0, lo_rps: float | None = None, hi_rps: float | None = None, rel_tol: float = 0.05,
              max_runs: int = 16, workers: int = 1, progress: Callable[[str], None] | None = None,
-             **flags: Any) -> RateResult:
+             max_span_s: float = 3600.0, **flags: Any) -> RateResult:
     """The highest request rate (req/s) whose run meets `slo` (see `parse_slo`), within `rel_tol`.
 
     Workload: a Poisson trace of `preset` lasting `duration_s` s (seed `seed`), or `trace` (a Trace or
@@ -148,8 +159,12 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     size and the trace's mean lengths (`lo_rps` instead when given) and never goes above the serving
     ceiling (`kvsim.planning.rate.bounds`; `hi_rps` lowers the cap): when the ceiling meets the SLO the
     answer is the ceiling, and `limited_by` says the SLO holds at every rate up to it. Runs that have
-    missed the SLO for certain stop early. At most `max_runs` runs; `progress(message)` hears of each.
-    ValueError when no rate tried meets the SLO.
+    missed the SLO for certain stop early. Each verdict is a steady-state one (`kvsim.planning.rate_steady`:
+    a trend test on the requests in the system, batch means of the SLO with a confidence interval): a
+    run that cannot tell yet runs again on a preset trace twice as long, up to `max_span_s` s. The
+    answer comes with `hi_rps` (the knee lies in [rate_rps, hi_rps)), `span_s` (the trace it was judged
+    on) and `note` (why it is a bound, when it is one). At most `max_runs` rates; `progress(message)`
+    hears of each run. ValueError when no rate tried meets the SLO.
 
     >>> import kvsim
     >>> r = kvsim.max_rate({"normalized_latency": 0.1}, preset="alpaca", duration_s=60,
@@ -172,20 +187,29 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     tried: dict[float, dict] = {}
     base: list[Trace] = []
 
-    def run(rates: list[float]) -> None:
+    def at(rates: list[float], spans: list[float | None]) -> list[dict]:
         nonlocal trace
-        new = [r for r in rates if r not in tried][: max(0, max_runs - len(tried))]
-        if new and "duration_s" in workload and (not base or base[0].arrival_s[-1] < duration_s * max(new)):
-            base[:] = [_base_trace(preset or "sharegpt", duration_s * max(new), seed)]
+        if "duration_s" in workload and (not base or base[0].arrival_s[-1] < max(map(mul, spans, rates))):
+            base[:] = [_base_trace(preset or "sharegpt", max(map(mul, spans, rates)), seed)]
             trace = base[0]
-        for r, row in zip(new, _evaluate(new, cfg, workload, trace, workers, slo)) if new else ():
+        return _evaluate(rates, spans, cfg, workload, trace, workers, slo)
+
+    def run(rates: list[float]) -> None:
+        from kvsim.planning.rate_steady import settle
+
+        new = [r for r in rates if r not in tried][: max(0, max_runs - len(tried))]
+        span = duration_s if "duration_s" in workload else None
+        for r, row in zip(new, settle(new, span, rel_tol / 2, at, lambda row: meets(row, slo), progress,
+                                        max_span_s)):
             row["meets_slo"] = meets(row, slo)
             tried[r] = row
             if progress is not None:
-                stop = row.get("stopped_early_s")
+                stop, grew = row.get("stopped_early_s"), row.get("still_growing")
                 verdict = ("meets the SLO" if row["meets_slo"] else "misses the SLO" +
-                           (f" (stopped at {stop:.0f} s of simulated time)" if stop is not None else ""))
-                progress(f"rate search: run {len(tried)} of at most {max_runs}: {r:.4g} req/s {verdict}, "
+                           (f" (stopped at {stop:.0f} s of simulated time)" if stop is not None else "") +
+                           (f" (requests in the system still growing at {grew:.0f} s)" if grew else ""))
+                on = f" on a {row['span_s']:.0f} s trace" if row.get("span_s") else ""
+                progress(f"rate search: run {len(tried)} of at most {max_runs}: {r:.4g} req/s {verdict}{on}, "
                          f"{row.get('wall_s', 0.0):.1f} s")
 
     def ok(r: float) -> bool:
@@ -228,13 +252,16 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     rows = [tried[r] for r in sorted(tried)]
     knee = {} if hi is None else tried[hi]
     if knee:
-        limited = limiting_factor(knee)
+        from kvsim.planning.limits import limit_of
+        limited = limit_of(knee).text
     elif lo >= ceiling:
         limited = (f"none: meets the SLO at every rate up to {ceiling:.4g} req/s, the serving ceiling "
                    "(above it arrivals outrun the engine and queues grow without bound)")
     else:
         limited = "none (highest rate tried met the SLO)"
-    return RateResult(lo, slo, rows, limited, knee, ceiling)
+    from kvsim.planning.rate_steady import bound_note
+    note = bound_note(tried[lo], knee or None, rel_tol)
+    return RateResult(lo, slo, rows, limited, knee, ceiling, tried[lo].get("span_s"), note)
 
 
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}

@@ -27,11 +27,14 @@ def test_capacity_static_table_and_json(tmp_path):
 
 def test_capacity_rate_search(tmp_path):
     r = invoke("capacity", "--kv-gib", "1", "--preset", "alpaca", "--duration", "30", "--rel-tol", "0.2",
-               "--slo", "ttft_p99=1", "--workers", "1", "--json", tmp_path / "c.json")
+               "--slo", "ttft_p99=1", "--workers", "1", "--max-span", "30", "--json", tmp_path / "c.json")
     assert r.exit_code == 0, r.output
     out = json.loads((tmp_path / "c.json").read_text())["rate"]
     assert "highest rate meeting ttft_p99 <= 1" in r.output and f"{out['rate_rps']:.3g} req/s" in r.output
-    assert out["limited_by"] in r.output and len(out["curve"]) >= 3
+    assert f"the knee lies below {out['knee_below_rps']:.3g} req/s" in r.output
+    assert out["rate_rps"] < out["knee_below_rps"] and out["judged_on_s"] == 30
+    words = " ".join(r.output.split())          # (rich folds long lines)
+    assert " ".join(out["limited_by"].split()) in words and len(out["curve"]) >= 3
 
 
 def test_capacity_bad_input_exits_2():

@@ -84,7 +84,7 @@ def test_search_on_a_made_up_curve(monkeypatch):
     monkeypatch.setattr(rb, "start_rate_rps", lambda cfg, sample: 2.0)
     monkeypatch.setattr(rb, "serve_ceiling_rps", lambda cfg, sample: 10.0)
 
-    def evaluate(rates, cfg, workload, trace, workers, slo):
+    def evaluate(rates, spans, cfg, workload, trace, workers, slo):
         rows = []
         for r in rates:
             row = {"rate": r, "status": "ok", "requests_total": 100 * r, "ttft_s_mean": 0.8, "error": ""}
