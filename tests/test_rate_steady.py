@@ -49,9 +49,8 @@ def test_batch_means_pass_fail_or_cannot_tell():
     assert verdict(_columns(big, 1000.0, late), {"ttft_p90": 2}, 1000.0) == "pass"
     # a short trace with a violation: too few requests a window to tell a p99
     assert verdict(_columns(400, 100.0, late[:400]), {"ttft_p99": 2}, 100.0) == "undecided"
-    # no violation at all among `need` requests decides a pass; among fewer it does not
-    assert verdict(_columns(int(2 * need), 100.0, 0.1), {"ttft_p99": 2}, 100.0) == "pass"
-    assert verdict(_columns(int(need), 100.0, 0.1), {"ttft_p99": 2}, 100.0) == "undecided"
+    # no violation at all, but windows of fewer than `need` requests: still cannot tell (bursts cluster)
+    assert verdict(_columns(int(8 * need), 100.0, 0.1), {"ttft_p99": 2}, 100.0) == "undecided"
     # a mean: the batch means' interval; an infinite limit never fails
     assert verdict(_columns(400, 100.0, 0.1), {"ttft_mean": 2}, 100.0) == "pass"
     assert verdict(_columns(400, 100.0, 3.0), {"ttft_mean": 2, "e2e_p99": math.inf}, 100.0) == "fail"

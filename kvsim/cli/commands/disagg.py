@@ -5,6 +5,7 @@ memory flags (`--kv-gib`, `--num-blocks`, `--gpu-mem-util` describe one instance
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -115,8 +116,14 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         from kvsim.trace.synthetic import generate
         tr = generate(preset or "sharegpt", rate_rps=rate, duration_s=duration, seed=seed)
     options = [int(x) for x in tp_options.split(",") if x.strip()]
+    dropped: list[str] = []
+
+    def say(message: str) -> None:                   # progress on stderr; what was dropped, kept
+        print(message, file=sys.stderr, flush=True)
+        if " dropped" in message:
+            dropped.append(message.removeprefix("disagg: "))
     rows = split_search(tr, make_config(**flags), rate, tp_options=options, max_gpus=max_gpus,
-                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target)
+                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target, progress=say)
     typer.echo(f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
                f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}):")
     typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11}")
@@ -124,5 +131,7 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         split = "colocated" if r["prefill"] == 0 else f"{r['prefill']}P:{r['decode']}D"
         typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%}"
                    f"{'  <- best' if r['best'] else ''}")
+    for line in dropped:
+        typer.echo(f"  {line}")
     if json_out is not None:
-        write_json_atomic(json_out, {"gpus_disagg": rows})
+        write_json_atomic(json_out, {"gpus_disagg": rows, "dropped": dropped})

@@ -167,11 +167,13 @@ def capacity(
             console.print("note: the paged row's KV tokens, blocks and concurrency at the maximum length are "
                           "vLLM's; mean slots/req, max conc. and the contiguous rows size every layer as "
                           "full attention", highlight=False)
+        import sys
+        say = (lambda msg: print(msg, file=sys.stderr, flush=True))
+        res = None
         if slo_limits:
-            import sys
             res = rt.max_rate(slo_limits, trace=tr, preset=preset or "sharegpt", duration_s=duration, seed=seed,
                               rel_tol=rel_tol, max_runs=max_runs, workers=workers, max_span_s=max_span,
-                              progress=lambda msg: print(msg, file=sys.stderr, flush=True), **flags)
+                              progress=say, **flags)
             curve = records(res.rows)
             _print_rate(console, res, curve)
             out["rate"] = {"rate_rps": res.rate_rps, "slo": res.slo, "limited_by": res.limited_by,
@@ -182,7 +184,7 @@ def capacity(
             from kvsim.planning.rate.fleet_gpus import gpus_for_fleet
             gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
             df = gpus_for_fleet(gpus_for, slo_limits, router=router, tp_options=options, trace=tr,
-                                preset=preset or "sharegpt", duration_s=duration, seed=seed, **gflags)
+                                preset=preset or "sharegpt", duration_s=duration, seed=seed, progress=say, **gflags)
             print_fleet_gpus(console, df, gpus_for)
             out["gpus"] = df.to_dict("records")
         elif gpus_for is not None:
@@ -191,7 +193,7 @@ def capacity(
             df = gpus_for_rate(gpus_for, slo_limits, tp_options=options, trace=tr,
                                   preset=preset or "sharegpt", duration_s=duration, seed=seed,
                                   rel_tol=rel_tol, max_runs=max_runs, workers=workers, max_span_s=max_span,
-                                  **gflags)
+                                  known={flags["tp"]: res}, progress=say, **gflags)
             _print_gpus(console, df, gpus_for)
             out["gpus"] = df.to_dict("records")
         if json_out is not None:

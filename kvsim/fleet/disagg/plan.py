@@ -62,12 +62,13 @@ def disagg_row(trace: Trace, cfg: SimConfig, flags: Mapping[str, Any]) -> dict[s
 
 def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: Sequence[int] = (1, 2, 4, 8),
                  max_gpus: int = 16, kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
-                 target: float = 0.9, cost=None) -> list[dict[str, Any]]:
+                 target: float = 0.9, cost=None, progress=None) -> list[dict[str, Any]]:
     """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best) for the fewest
     GPUs per TP degree at which a split or colocation meets `target` at `rate_rps` (`trace` rescaled
     to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
     `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
-    for every run (tests)."""
+    for every run (tests). `progress(message)` hears each candidate (TP, GPUs, P:D) as it is simulated,
+    with the runs left at most, and each TP degree dropped and why."""
     from kvsim.fleet.config import check_units
     check_units(max_gpus, "--max-gpus")
     if not rate_rps > 0:
@@ -76,23 +77,39 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
         raise ValueError(f"--slo-attainment must be in (0, 1], got {target}")
     tr = rescale_trace(trace, rate_rps=rate_rps)
     link, rows = get_link(kv_link), []
-    for tp in sorted(set(tp_options)):
+    say = progress or (lambda message: None)
+    tps = sorted(set(tp_options))
+    left = sum(n for tp in tps for n in range(2, max_gpus // tp + 1))      # runs at most, all TPs
+    done = 0
+    for tp in tps:
         try:
             side = replace(cfg, deployment=replace(cfg.deployment, tp=tp))
             DisaggConfig(side, side, 1, 1, link)
-        except ValueError:
+        except ValueError as exc:
+            left -= sum(range(2, max_gpus // tp + 1))
+            say(f"disagg: TP {tp} dropped: {exc}")
             continue
+        met = False
         for n in range(2, max_gpus // tp + 1):
             found = []
-            for p in range(1, n):
-                c = attainment(run_disagg(tr, DisaggConfig(side, side, p, n - p, link), cost).request_columns(),
-                               ttft_slo, tpot_slo)
-                found.append({"tp": tp, "gpus": n * tp, "prefill": p, "decode": n - p, "attainment": c})
-            c = attainment(colocated_columns(tr, side, n, cost), ttft_slo, tpot_slo)
-            found.append({"tp": tp, "gpus": n * tp, "prefill": 0, "decode": 0, "attainment": c})
-            if any(r["attainment"] >= target for r in found):
+            for p in range(1, n + 1):
+                split = f"{p}P:{n - p}D" if p < n else "colocated"
+                say(f"disagg: TP {tp}, {n * tp} GPUs, {split} (run {done + 1} of at most {left})")
+                cols = (run_disagg(tr, DisaggConfig(side, side, p, n - p, link), cost).request_columns() if p < n
+                        else colocated_columns(tr, side, n, cost))
+                found.append({"tp": tp, "gpus": n * tp, "prefill": p % n, "decode": (n - p) % n,
+                              "attainment": attainment(cols, ttft_slo, tpot_slo)})
+                done += 1
+            top = max(found, key=lambda r: r["attainment"])
+            if top["attainment"] >= target:
                 rows += found
+                left = done + sum(m for t in tps if t > tp for m in range(2, max_gpus // t + 1))
+                met = True
                 break
+            say(f"disagg: TP {tp}, {n * tp} GPUs dropped: the best of {len(found)} layouts attains "
+                f"{top['attainment']:.1%} < {target:.0%}")
+        if not met:
+            say(f"disagg: TP {tp} dropped: no layout of up to {max_gpus} GPUs attains {target:.0%}")
     for r in rows:
         r["meets"] = r["attainment"] >= target
     passing = [r for r in rows if r["meets"]]

@@ -31,11 +31,12 @@ def gpus_for_fleet(rate_rps: float, slo: Sequence[str] | Mapping[str, float], co
                    router: str = "round-robin", tp_options: Sequence[int] = (1, 2, 4, 8),
                    trace: Trace | str | None = None, preset: str | None = "sharegpt", duration_s: float = 600.0,
                    seed: int = 0, max_replicas: int = MAX_REPLICAS, fleet_flags: Mapping[str, Any] | None = None,
-                   **flags: Any) -> pd.DataFrame:
+                   progress=None, **flags: Any) -> pd.DataFrame:
     """One row per TP degree: whether the weights fit, the fewest `replicas` meeting `slo` at `rate_rps`
     (the trace rescaled to it, or a Poisson `preset` trace of `duration_s` s), `gpus`, the SLO metrics
     and prefix hit rate of that fleet, the fleet simulations run (`runs`); `best` marks the fewest GPUs
     (ties: the smaller TP). `fleet_flags`: the router's thresholds (`FleetConfig` fields).
+    `progress(message)` hears each fleet simulated and each TP degree dropped, with how many are left.
 
     >>> import kvsim
     >>> kvsim.gpus_for_fleet(8.0, {"ttft_p99": 2}, router="prefix-aware", preset="sharegpt",
@@ -51,17 +52,24 @@ def gpus_for_fleet(rate_rps: float, slo: Sequence[str] | Mapping[str, float], co
              {"preset": preset or "sharegpt", "rate": rate_rps, "duration_s": duration_s, "seed": seed})
     tr = workload(point, trace)
     rows, best = [], None
-    for tp in sorted(set(tp_options)):
+    say = progress or (lambda message: None)
+    tps = sorted(set(tp_options))
+    for k, tp in enumerate(tps):
         row: dict[str, Any] = {"tp": tp, "router": router, "fits": False, "replicas": None, "gpus": None,
                                "runs": 0, "note": ""}
         rows.append(row)
         c = tp_config(cfg, tp, best, row)
         if c is None:
+            say(f"gpus-for: TP {tp} ({k + 1} of {len(tps)}): {row['note']}")
             continue
-        limit = min(max_replicas, (best - 1) // tp if best is not None else max_replicas)
-        found = _fewest_replicas(tr, c, router, fleet_flags or {}, slo, limit, row)
+        limit = min(max_replicas, best // tp if best is not None else max_replicas)
+        found = _fewest_replicas(tr, c, router, fleet_flags or {}, slo, limit, row,
+                                 lambda n, ok: say(f"gpus-for: TP {tp} ({k + 1} of {len(tps)}): {n} replica(s) "
+                                                   f"behind {router} {'meet' if ok else 'miss'} the SLO "
+                                                   f"(up to {limit} tried)"))
         if found is None:
             row["note"] = row["note"] or f"no fleet of up to {limit} replicas meets the SLO"
+            say(f"gpus-for: TP {tp} dropped: {row['note']}")
             continue
         replicas, summary = found
         flat = summary_row(summary)
@@ -80,7 +88,7 @@ def gpus_for_fleet(rate_rps: float, slo: Sequence[str] | Mapping[str, float], co
 
 
 def _fewest_replicas(trace: Trace, cfg, router: str, fleet_flags: Mapping[str, Any], slo: dict, limit: int,
-                     row: dict) -> tuple[int, dict] | None:
+                     row: dict, heard=None) -> tuple[int, dict] | None:
     """(fewest replicas <= `limit` whose fleet meets `slo`, its summary), or None; counts runs in `row`."""
     tried: dict[int, dict] = {}
 
@@ -90,6 +98,8 @@ def _fewest_replicas(trace: Trace, cfg, router: str, fleet_flags: Mapping[str, A
             summary["meets_slo"] = meets({**summary_row(summary), "status": "ok"}, slo)
             tried[n] = summary
             row["runs"] += 1
+            if heard is not None:
+                heard(n, summary["meets_slo"])
         return tried[n]["meets_slo"]
 
     lo, hi = 0, 1                    # lo fails (0 replicas serve nothing), hi is the next to try

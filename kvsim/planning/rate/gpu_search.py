@@ -24,9 +24,10 @@ def gpu_search_config(rate_rps: float, config: SimConfig | None, flags: Mapping[
 
 def tp_config(cfg: SimConfig, tp: int, best: int | None, row: dict[str, Any]) -> SimConfig | None:
     """One TP degree of a GPU search: `cfg` at TP `tp`, with `row["fits"]` set, or None with the reason
-    in `row["note"]`: not tried once `best` GPUs already suffice (tp >= best), or the weights do not fit."""
-    if best is not None and tp >= best:
-        row.update(fits=None, note=f"not tried: {best} GPUs already suffice")
+    in `row["note"]`: not tried once `best` GPUs already suffice with fewer (tp > best: one replica of
+    TP `best` is still compared, issue 41: TP 4 x 1 against TP 2 x 2), or the weights do not fit."""
+    if best is not None and tp > best:
+        row.update(fits=None, note=f"not tried: {best} GPUs already suffice, fewer than one replica of TP {tp}")
         return None
     try:
         c = make_config(cfg, tp=tp)
