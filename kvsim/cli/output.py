@@ -192,9 +192,10 @@ def print_comparison(summaries: dict[str, dict], title: str) -> None:
 
 def print_startup(cfg) -> None:
     """The start-up lines a vLLM user knows: the engine, the KV cache size in tokens and the maximum
-    concurrency at the maximum model length (vLLM: blocks / ceil(max_model_len / block_size))."""
+    concurrency at the maximum model length (vLLM: blocks / ceil(max_model_len / block_size)), on
+    stderr with the run's notes (stdout keeps the summary)."""
     from kvsim.engine.config import kv_capacity
-    console = _console("console")
+    console = _console("err_console")
     resolved = cfg.resolved()
     profile, sched = resolved.engine_profile, resolved.scheduler
     capacity, max_len = kv_capacity(cfg), cfg.deployment.model.max_seq_len
@@ -210,7 +211,7 @@ def print_startup(cfg) -> None:
     from kvsim.planning.reports.ledger import ledger_lines, memory_ledger
     for line in ledger_lines(memory_ledger(cfg))[:3]:        # weights, memory split, KV memory
         console.print(f"INFO {line}", highlight=False)
-    if print_hybrid_startup(cfg, capacity):
+    if print_hybrid_startup(cfg, capacity, "err_console"):
         return
     console.print(f"INFO KV cache size: {capacity:,} tokens{blocks}, "
                   f"{cfg.deployment.kv_bytes_per_token() / 1024:,.0f} KiB per token", highlight=False)
@@ -218,17 +219,18 @@ def print_startup(cfg) -> None:
                   highlight=False)
 
 
-def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
+def print_hybrid_startup(cfg, simulated_tokens: int | None = None, stream: str = "console") -> bool:
     """For a model with layers other than full attention: vLLM 0.33's start-up lines (its KV cache
     groups, num_blocks, "GPU KV cache size" and "Maximum concurrency", `kvsim.specs.kv_groups`) and,
-    with `simulated_tokens`, how the simulation holds the cache. False for other models."""
+    with `simulated_tokens`, how the simulation holds the cache (on `stream`: `console` or
+    `err_console`). False for other models."""
     from kvsim.engine.build import hybrid_groups
     from kvsim.engine.config import kv_cache_plan
     from kvsim.specs.layers import describe
     plan = kv_cache_plan(cfg)
     if plan is None:
         return False
-    console = _console("console")
+    console = _console(stream)
     kinds = ", ".join(f"{g.kind}" + (f" W{g.window}" if g.window else f" C{g.chunk}" if g.chunk else "")
                       + f" x{g.num_layers}" for g in plan.groups)
     console.print(f"INFO {cfg.deployment.model.name}: {describe(cfg.deployment.model.groups)}; "
@@ -240,7 +242,16 @@ def print_hybrid_startup(cfg, simulated_tokens: int | None = None) -> bool:
                   f"{plan.max_concurrency:.2f}x", highlight=False)
     if plan.note:
         console.print(f"note: {plan.note}", highlight=False)
-    if simulated_tokens is not None and hybrid_groups(plan) is not None:
+    if simulated_tokens is not None and cfg.cache.allocator == "jenga":
+        from kvsim.engine.build import jenga_allocator
+        alloc = jenga_allocator(cfg.resolved())
+        lay = alloc.layout
+        console.print(f"INFO simulated as Jenga's LCM two-level allocator (Zhang et al., SOSP 2025), not vLLM's "
+                      f"hybrid manager: each group keeps its own page size, in {lay.num_large:,} large pages of "
+                      f"{lay.large_page_bytes:,} bytes (their LCM); KV capacity {alloc.capacity_tokens:,} token "
+                      f"slots of {lay.unit_bytes / lay.block_size:,.0f} bytes (the GCD of the page sizes over the "
+                      f"block size): its memory figures count these slots", highlight=False)
+    elif simulated_tokens is not None and hybrid_groups(plan) is not None:
         console.print(f"INFO simulated as vLLM's hybrid KV cache manager: {len(plan.groups)} groups, one block "
                       f"table each, sharing {plan.num_blocks:,} blocks of {plan.block_size} tokens "
                       f"({plan.num_blocks * plan.block_size:,} token slots)", highlight=False)

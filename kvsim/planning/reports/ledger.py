@@ -66,6 +66,9 @@ def _batch_limits(cfg: SimConfig) -> dict[str, Any]:
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "batch_limits_source": source}
 
 
+_FLAG = {"kv_gib": "--kv-gib", "num_gpu_blocks_override": "--num-blocks (--num-gpu-blocks-override)"}
+
+
 def ledger_lines(ledger: dict[str, Any]) -> list[str]:
     """The ledger as vLLM's start-up log lines (without the KV size and concurrency lines when the
     cache holds nothing)."""
@@ -77,10 +80,12 @@ def ledger_lines(ledger: dict[str, Any]) -> list[str]:
              f"({g['gpu_memory_utilization']:.2f}) = {g['budget_gib']:.2f}GiB; model weights take "
              f"{g['model_weights_gib']:.2f}GiB; non_torch_memory takes {g['non_torch_memory_gib']:.2f}GiB; "
              f"PyTorch activation peak memory takes {g['activation_peak_gib']:.2f}GiB; the rest of the memory "
-             f"reserved for KV Cache is {g['rest_for_kv_cache_gib']:.2f}GiB."]
+             f"reserved for KV Cache is {g['rest_for_kv_cache_gib']:.2f}GiB."
+             + ("" if g["kv_cache_source"] == "gpu_memory_utilization" else
+                f" (Not what this run uses: {_FLAG[g['kv_cache_source']]} sets the KV cache, below.)")]
     if g["kv_cache_tokens"] is None:
         return lines + [f"KV cache: {g.get('kv_error', 'none')}"]
-    given = {"kv_gib": " (set by --kv-gib)", "num_gpu_blocks_override": " (set by --num-gpu-blocks-override)"}
+    given = {"kv_gib": " (set by --kv-gib)", "num_gpu_blocks_override": " (set by --num-blocks / --num-gpu-blocks-override)"}
     lines.append(f"Available KV cache memory: {g['kv_cache_gib']:.2f} GiB{given.get(g['kv_cache_source'], '')}")
     lines.append(f"GPU KV cache size: {g['kv_cache_tokens']:,} tokens ({g['num_blocks']:,} blocks of "
                  f"{g['block_size']})")

@@ -1,0 +1,42 @@
+"""One number per quantity (issue 41): the start-up lines follow --kv-gib and --num-blocks, `kvsim run`
+keeps its start-up lines and notes on stderr (the summary alone on stdout), and `--allocator jenga`
+names itself with the one capacity its summary reports, in its own unit."""
+
+import re
+
+from typer.testing import CliRunner
+
+from kvsim.cli.app import app
+from kvsim.planning.reports.ledger import ledger_lines, memory_ledger
+from kvsim.planning.runs import make_config
+from kvsim.trace.synthetic import generate
+from kvsim.trace.jsonl import write_jsonl
+
+
+def test_startup_lines_say_which_flag_sized_the_cache():
+    auto = ledger_lines(memory_ledger(make_config(model="llama-3-8b", gpu="h100-80gb")))
+    assert "the rest of the memory reserved for KV Cache is 54.59GiB." in auto[2] and "Not what" not in auto[2]
+    assert auto[3] == "Available KV cache memory: 54.59 GiB"
+    fixed = ledger_lines(memory_ledger(make_config(model="llama-3-8b", gpu="h100-80gb", kv_gib=2)))
+    assert fixed[2].endswith("is 54.59GiB. (Not what this run uses: --kv-gib sets the KV cache, below.)")
+    # 2 GiB / (2 x 32 layers x 8 heads x 128 x 2 bytes = 128 KiB per token) = 16,384 tokens
+    assert fixed[3:5] == ["Available KV cache memory: 2.00 GiB (set by --kv-gib)",
+                          "GPU KV cache size: 16,384 tokens (1,024 blocks of 16)"]
+    blocks = ledger_lines(memory_ledger(make_config(model="llama-3-8b", gpu="h100-80gb", num_blocks=500)))
+    assert "--num-blocks (--num-gpu-blocks-override) sets the KV cache" in blocks[2]
+    assert blocks[4] == "GPU KV cache size: 8,000 tokens (500 blocks of 16)"
+
+
+def test_run_prints_its_startup_on_stderr_and_jenga_names_its_one_capacity(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_jsonl(generate("sharegpt", rate_rps=2.0, num_requests=20, seed=0), trace)
+    r = CliRunner().invoke(app, ["run", str(trace), "--model", "gemma-3-27b", "--gpu", "h100-80gb",
+                                 "--allocator", "jenga"])
+    assert r.exit_code == 0, r.output
+    assert "INFO" not in r.stdout and "INFO Model loading took" in r.stderr
+    err = " ".join(r.stderr.split())
+    assert "simulated as Jenga's LCM two-level allocator" in err and "vLLM's hybrid KV cache manager:" not in err
+    slots = re.search(r"KV capacity ([\d,]+) token slots of ([\d,]+) bytes", err)
+    assert slots, err
+    summary = re.search(r"KV capacity \(tokens\)\s*│\s*([\d,]+)", r.stdout).group(1)
+    assert summary == slots.group(1)
