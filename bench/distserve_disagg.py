@@ -209,9 +209,9 @@ def main() -> None:
                     "this rate (req/s) on both simulators, with CPU seconds per run")
     ap.add_argument("--json", type=Path, help="write the result here")
     args = ap.parse_args()
-    if not TRACE.exists():
-        print(f"skipped: {TRACE} is not here")
-        return
+    if not TRACE.exists():         # nothing to compare: say so and fail, so a script running it notices
+        sys.exit(f"skipped: {TRACE} is not here (put the project's shared/ folder beside the repository, "
+                 "or set KVSIM_SHARED to it)")
     peer = DISTSERVE.exists()
     if not peer:
         print(f"DistServe skipped: {DISTSERVE} is not here")

@@ -1,5 +1,6 @@
-"""Run every notebook here top to bottom and save it with its outputs: `python notebooks/execute.py`
-(or name notebooks). The test suite executes the same notebooks without saving them."""
+"""Run notebooks here top to bottom and save them with their outputs:
+`python notebooks/execute.py NAME.ipynb ...`, or `--all` for every one. Without arguments it lists the
+notebooks and rewrites nothing. The test suite executes the same notebooks without saving them."""
 
 from __future__ import annotations
 
@@ -24,15 +25,32 @@ def execute(path: Path) -> tuple[nbformat.NotebookNode, float]:
     return nb, time.perf_counter() - start
 
 
-def main(names: list[str]) -> None:
-    paths = [HERE / n for n in names] if names else sorted(HERE.glob("*.ipynb"))
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0].rstrip(":"),
+                                 epilog="Without arguments: list the notebooks, change nothing.")
+    ap.add_argument("names", nargs="*", help="notebooks to execute and save (file names in notebooks/)")
+    ap.add_argument("--all", action="store_true", help="execute and save every notebook here")
+    args = ap.parse_args(argv)
+    every = sorted(HERE.glob("*.ipynb"))
+    if not args.names and not args.all:
+        print("notebooks (run with NAME.ipynb ... or --all to execute and save them):")
+        print("\n".join(f"  {p.name}" for p in every))
+        return 0
+    paths = every if args.all else [HERE / n for n in args.names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        print(f"error: no such notebook in {HERE}: {', '.join(missing)}", file=sys.stderr)
+        return 2
     for path in paths:
         nb, seconds = execute(path)
         for cell in nb.cells:               # reproducible files: no execution timestamps
             cell.get("metadata", {}).pop("execution", None)
         nbformat.write(nb, path)
         print(f"{path.name}: {seconds:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
