@@ -40,3 +40,12 @@ def test_run_prints_its_startup_on_stderr_and_jenga_names_its_one_capacity(tmp_p
     assert slots, err
     summary = re.search(r"KV capacity \(tokens\)\s*│\s*([\d,]+)", r.stdout).group(1)
     assert summary == slots.group(1)
+
+
+def test_capacity_help_lists_the_vllm_spellings_it_accepts():
+    r = CliRunner().invoke(app, ["capacity", "--help"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "vLLM flags accepted as `vllm serve` spells them" in text
+    for spelling in ("--gpu- memory-utilization (= --gpu-mem-util)", "--num-gpu-blocks-override (= --num-blocks)",
+                     "--enable-prefix-caching", "--port"):
+        assert spelling.replace("- ", "-") in text.replace("- ", "-"), spelling

@@ -24,7 +24,12 @@ _META = "kvsim.vllm_flags"
 
 
 class VllmCommand(TyperCommand):
-    """A typer command that also accepts every vLLM flag of `kvsim.planning.vllm_flags.VLLM_FLAGS`."""
+    """A typer command that also accepts every vLLM flag of `kvsim.planning.vllm_flags.VLLM_FLAGS`, and
+    lists them at the end of its --help."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epilog = ((self.epilog + "\n\n") if self.epilog else "") + vllm_epilog()
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         from kvsim.planning.vllm_flags import split_argv
@@ -46,3 +51,15 @@ def note_ignored(ignored: list[str]) -> None:
     if ignored:
         typer.echo(f"note: vLLM flags accepted and ignored (no effect on the prediction): {', '.join(ignored)}",
                    err=True)
+
+
+def vllm_epilog() -> str:
+    """The --help paragraph naming the vLLM flags a command accepts: those that change the prediction
+    (with the kvsim flag each sets) and those accepted and ignored."""
+    from kvsim.planning.vllm_flags import VLLM_FLAGS
+    used = ", ".join(("-" if len(n) == 1 else "--") + n
+                     + (f" (= --{same})" if f.switch is None and (same := f.run_flag.replace("_", "-")) != n else "")
+                     for n, f in VLLM_FLAGS.items() if f.run_flag)
+    ignored = ", ".join(f"--{n}" for n, f in VLLM_FLAGS.items() if not f.run_flag)
+    return ("vLLM flags accepted as `vllm serve` spells them (a pasted command line works; _ or - alike): "
+            f"{used}. Accepted and ignored (no effect on the prediction): {ignored}.")
