@@ -49,3 +49,13 @@ def test_capacity_help_lists_the_vllm_spellings_it_accepts():
     for spelling in ("--gpu- memory-utilization (= --gpu-mem-util)", "--num-gpu-blocks-override (= --num-blocks)",
                      "--enable-prefix-caching", "--port"):
         assert spelling.replace("- ", "-") in text.replace("- ", "-"), spelling
+
+
+def test_a_raised_block_size_comes_with_its_reason():
+    from kvsim.engine.config import kv_cache_plan
+    plan = kv_cache_plan(make_config(model="qwen3-next-80b-a3b", gpu="h200", tp=2))
+    # the Mamba state, 548,864 bytes per GPU, over 1,024 bytes per token of one attention page: 536 tokens,
+    # up to a multiple of the kernel's 16: 544
+    assert plan.block_size == 16 * -(-(548_864 // 1_024) // 16) == 544
+    assert plan.note.startswith("block size 544 tokens, not 16: vLLM raises the attention block size")
+    assert "(1,024 bytes per token per GPU x block)" in plan.note and "(548,864 bytes per GPU at TP 2)" in plan.note

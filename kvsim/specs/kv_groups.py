@@ -105,6 +105,16 @@ def _block_size(model: ModelSpec, tp: int, block_size: int) -> tuple[int, int | 
     return block_size, block_size * page_1
 
 
+def _raised(model: ModelSpec, tp: int, asked: int, block_size: int) -> str:
+    """Why the attention block size is `block_size`, not the `asked` one (`_block_size`), with the figures."""
+    state = max(g.state.bytes_per_gpu(tp) for g in model.groups if g.kind == "mamba")
+    page_1 = next(g for g in model.groups if g.kind != "mamba").page_bytes_per_token(tp, model.kv_bytes)
+    return (f"block size {block_size} tokens, not {asked}: vLLM raises the attention block size until one "
+            f"attention page ({page_1:,} bytes per token per GPU x block) holds a request's Mamba state "
+            f"({state:,} bytes per GPU at TP {tp}), in steps of the kernel's block, then pads the Mamba page "
+            f"to match (platforms/interface.py `_align_hybrid_block_size`)")
+
+
 def blocks_per_request(kind: str, window: int | None, chunk: int | None, block_size: int, max_len: int,
                        in_flight: int, prefix_caching: bool) -> int:
     """Blocks one max-length request needs in one group of `kind` (vLLM's max_memory_usage_bytes)."""
@@ -156,7 +166,10 @@ def plan_kv_cache(model: ModelSpec, tp: int = 1, block_size: int = 16, *,
         raise ValueError(f"--no-hybrid-kv-cache: {model.name} has Mamba / linear-attention layers, which "
                          "vLLM 0.33 serves only with its hybrid KV cache manager (it fails at start-up "
                          "with --disable-hybrid-kv-cache-manager)")
+    asked = block_size
     block_size, mamba_page = _block_size(model, tp, block_size)
+    if block_size != asked:
+        note = "; ".join(filter(None, (note, _raised(model, tp, asked, block_size))))
     max_len, in_flight = model.max_seq_len, max_concurrent_batches * max_num_batched_tokens
     buckets = _buckets(model, tp, block_size, hybrid, mamba_page)
 
