@@ -59,3 +59,24 @@ def test_a_raised_block_size_comes_with_its_reason():
     assert plan.block_size == 16 * -(-(548_864 // 1_024) // 16) == 544
     assert plan.note.startswith("block size 544 tokens, not 16: vLLM raises the attention block size")
     assert "(1,024 bytes per token per GPU x block)" in plan.note and "(548,864 bytes per GPU at TP 2)" in plan.note
+
+
+def test_a_model_config_is_named_after_the_config_not_its_folder(tmp_path):
+    import json
+    from pathlib import Path
+
+    from kvsim.specs.hf_config import load_hf_config
+
+    src = sorted((Path(__file__).parent / "data" / "hf_configs").glob("*.json"))[0]
+    cfg = {k: v for k, v in json.loads(src.read_text()).items() if k != "_name_or_path"}
+    arch = cfg["architectures"][0]
+    for folder, file, want in (("cfg", "config.json", arch), ("hf_configs", "config.json", arch),
+                               ("Meta-Llama-3-8B", "config.json", "Meta-Llama-3-8B"),
+                               ("cfg", "my-model.json", "my-model")):
+        path = tmp_path / folder / file
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(cfg))
+        assert load_hf_config(path).name == want
+    named = tmp_path / "cfg" / "config.json"
+    named.write_text(json.dumps({**cfg, "_name_or_path": "org/model-x"}))
+    assert load_hf_config(named).name == "org/model-x"

@@ -175,7 +175,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     unquantized = float(embeddings) if wbytes is not None else 0.0
     if wbytes is not None and str(quant.get("quant_method", "")).lower() == "mxfp4":
         unquantized = float(params - expert_params)        # MXFP4 quantizes the experts only
-    name = cfg.get("_name_or_path") or path.parent.name or path.stem
+    name = _model_name(cfg, path)
     return ModelSpec(str(name), layers, hidden, heads, kv_heads, head_dim, dtype_bytes, max_len,
                      float(params), active_params=float(active) if experts else None,
                      num_experts=experts, experts_per_token=per_token, weight_bytes_per_param=wbytes,
@@ -207,3 +207,18 @@ def _attention_params(cfg: dict, hidden: int, heads: int, kv_heads: int, head_di
     v_dim, q_rank = int(cfg.get("v_head_dim") or nope), int(cfg.get("q_lora_rank") or 0)
     q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
     return q + hidden * (rank + rope) + rank * heads * (nope + v_dim) + heads * v_dim * hidden
+
+
+def _model_name(cfg: dict, path: Path) -> str:
+    """The model's name: the config's own `_name_or_path`, else the file's name when it is not the generic
+    `config.json` (`qwen3-8b.json` -> `qwen3-8b`), else the folder a Hugging Face download puts it in
+    when that names a model, else the config's architecture (`LlamaForCausalLM`): a folder such as
+    `cfg` or `hf_configs` names no model."""
+    if cfg.get("_name_or_path"):
+        return str(cfg["_name_or_path"])
+    if path.stem.lower() != "config":
+        return path.stem
+    arch = cfg.get("architectures")
+    arch = str(arch[0]) if isinstance(arch, list) and arch else str(cfg.get("model_type") or "")
+    folder = path.resolve().parent.name
+    return folder if any(c.isdigit() for c in folder) and "-" in folder else (arch or folder or path.stem)
