@@ -85,8 +85,16 @@ class Runs:
         latency curves, each list's groups judged apart (the main curves, each variant's); with `rule`,
         their points that carry `STOP` run as the module's docstring says, and the stopped points a
         capacity still needs (`knees`) run again whole at the end."""
+        from kvsim.planning.progress_lines import Lines
         feed = _Feed(self.sweeps, curves, rule)
-        run_fed(sweep.run_point_parts, (None, None), workers or os.cpu_count() or 1, feed.take, feed.done)
+        lines = Lines("paper", sum(map(len, self.sweeps)), "points")
+
+        def done(made) -> None:
+            before = sum(r is not None for rows in feed.rows for r in rows)
+            feed.done(made)
+            lines.advance(n=sum(r is not None for rows in feed.rows for r in rows) - before,
+                          what=f"{made[0].get('model', '')} rate {made[0].get('rate', '-')}")
+        run_fed(sweep.run_point_parts, (None, None), workers or os.cpu_count() or 1, feed.take, done)
         self.rows = feed.rows
         if rule is not None:
             again = [k for group in curves for k in knees(self, group, rule)]

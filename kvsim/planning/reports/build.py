@@ -49,7 +49,11 @@ def workload_table(trace: Trace) -> pd.DataFrame:
 def systems_section(report: Report, trace: Trace, flags: dict, systems: dict[str, dict] = SYSTEMS) -> dict:
     """Run every system on `trace` at its own arrivals; add the table and the memory breakdown, timeline,
     batch and preemption figures. Returns the summaries by system."""
-    results = {name: simulate(trace, make_config(**{**flags, **extra})) for name, extra in systems.items()}
+    from kvsim.planning.progress_lines import say
+    results = {}
+    for k, (name, extra) in enumerate(systems.items()):
+        say(f"report: system {k + 1} of {len(systems)}: {name} at the trace's arrivals")
+        results[name] = simulate(trace, make_config(**{**flags, **extra}))
     summaries = {name: r.summary for name, r in results.items()}
     for name, extra in systems.items():          # the tuner's run at the same block size is this one
         run_cache.keep_run({**flags, **extra}, trace, results[name].summary)
@@ -99,9 +103,11 @@ def block_size_table(report: Report, name: str, curve: pd.DataFrame) -> None:
 def rate_section(report: Report, trace: Trace, flags: dict, rates: Sequence[float],
                  systems: dict[str, dict] = SYSTEMS, workers: int | None = 1) -> pd.DataFrame:
     """Latency against request rate per system (the trace's arrivals rescaled to each rate)."""
+    from kvsim.planning.progress_lines import say
     frames = []
-    for name, extra in systems.items():
-        df = run_sweep({"rate": list(rates)}, base={**flags, **extra}, trace=trace, workers=workers)
+    for k, (name, extra) in enumerate(systems.items()):
+        say(f"report: latency against rate, system {k + 1} of {len(systems)}: {name}, {len(rates)} rates")
+        df = run_sweep({"rate": list(rates)}, base={**flags, **extra}, trace=trace, workers=workers, progress=True)
         frames.append(df.assign(system=name))
     df = pd.concat(frames, ignore_index=True)
     ok = df[df.status == "ok"]

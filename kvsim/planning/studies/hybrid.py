@@ -105,11 +105,15 @@ def startup_row(flags: dict) -> dict:
 
 def run_study(plan: StudyPlan = StudyPlan()) -> pd.DataFrame:
     """One row per (model, workload, system): start-up figures and the simulated run's summary."""
+    from kvsim.planning.progress_lines import Lines
+
     rows = []
+    lines = Lines("hybrid-study", len(plan.workloads) * len(plan.models) * len(plan.systems), every_s=0.0)
     for wname, (preset, rate, max_len) in plan.workloads.items():
         trace = generate(preset, rate_rps=rate, duration_s=plan.duration_s, max_len=max_len, seed=plan.seed)
         for mname, mflags in plan.models.items():
             for sname, sflags in plan.systems.items():
+                lines.advance(n=0, what=f"running {mname}, {wname}, {sname}")
                 flags = {**mflags, **sflags}
                 row = {"model": mname, "workload": wname, "system": sname, "rate_rps": rate, **startup_row(flags)}
                 s = simulate(trace, **flags).summary
@@ -122,6 +126,7 @@ def run_study(plan: StudyPlan = StudyPlan()) -> pd.DataFrame:
                            kv_per_request_mib=(allocated * row["kv_bytes_per_gpu"] / s["mean_batch_size"] / MIB
                                                if s["mean_batch_size"] else 0.0))
                 rows.append(row)
+                lines.advance()
     df = pd.DataFrame(rows)
     hybrid = df[df.system == "vLLM hybrid manager"].set_index(["model", "workload"]).kv_per_request_mib
     ref = [hybrid.get((m, w)) for m, w in zip(df.model, df.workload)]

@@ -221,11 +221,13 @@ def _rows(points: list[dict], ids: list[str], done: dict[str, dict], trace: Trac
 
 
 def _progress_bar(total: int):
-    """A rich bar with done/total, elapsed time and ETA, on stderr; None when stderr is not a terminal."""
+    """A rich bar with done/total, elapsed time and ETA, on stderr; plain lines
+    (`kvsim.planning.progress_lines`) when stderr is not a terminal."""
     import sys
 
     if not sys.stderr.isatty():
-        return None
+        from kvsim.planning.progress_lines import Lines
+        return Lines("sweep", total)
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
