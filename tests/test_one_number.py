@@ -80,3 +80,16 @@ def test_a_model_config_is_named_after_the_config_not_its_folder(tmp_path):
     named = tmp_path / "cfg" / "config.json"
     named.write_text(json.dumps({**cfg, "_name_or_path": "org/model-x"}))
     assert load_hf_config(named).name == "org/model-x"
+
+
+def test_quick_studies_leave_the_shipped_reports_alone(tmp_path, monkeypatch):
+    # a clone holds reports/vllm-paper and reports/hybrid-models: --quick writes elsewhere, so it does not
+    # stop at "folder exists" (a bad --duration then is the first error it meets)
+    monkeypatch.chdir(tmp_path)
+    for name in ("vllm-paper", "hybrid-models"):
+        (tmp_path / "reports" / name).mkdir(parents=True)
+        (tmp_path / "reports" / name / "report.md").write_text("shipped\n")
+    r = CliRunner().invoke(app, ["paper", "--quick", "--duration", "-1"])
+    assert r.exit_code == 2 and "--duration" in r.output and "exists" not in r.output, r.output
+    r = CliRunner().invoke(app, ["hybrid-study", "--quick", "--duration", "-1"])
+    assert r.exit_code == 2 and "--duration" in r.output and "exists" not in r.output, r.output

@@ -16,7 +16,8 @@ from kvsim.cli.commands.report import ForceOpt, WorkersOpt, _out_folder, _write_
 
 
 def paper_cmd(
-    out: Path = typer.Option(Path("reports/vllm-paper"), "-o", "--out", help="Report folder."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Report folder (default reports/vllm-paper; "
+                                       "with --quick out/vllm-paper-quick, so the shipped report stays)."),
     quick: bool = typer.Option(False, "--quick", help="OPT-13B only, 30 s traces, 2 rates, 3 block sizes "
                                "(seconds; for tests)."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Trace length per run, seconds "
@@ -29,6 +30,7 @@ def paper_cmd(
     """The vLLM paper's experiments (OPT-13B/66B/175B, ShareGPT- and Alpaca-like): latency against rate
     per system, memory breakdown, batched requests, block size, recompute against swap; our numbers beside
     the published ones."""
+    out = out or Path("out/vllm-paper-quick" if quick else "reports/vllm-paper")
     with _user_errors():
         _out_folder(out, force, "-o")
         bounds.workers(workers)
@@ -45,7 +47,8 @@ def paper_cmd(
 
 
 def hybrid_study_cmd(
-    out: Path = typer.Option(Path("reports/hybrid-models"), "-o", "--out", help="Report folder."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Report folder (default reports/hybrid-models; "
+                                       "with --quick out/hybrid-models-quick, so the shipped report stays)."),
     quick: bool = typer.Option(False, "--quick", help="gpt-oss-120b on the ShareGPT-like trace only, 30 s "
                                "(seconds; for tests)."),
     duration: float = typer.Option(600.0, help="Trace length, seconds (ignored with --quick)."),
@@ -56,6 +59,7 @@ def hybrid_study_cmd(
     figures beside ours."""
     from dataclasses import replace
 
+    out = out or Path("out/hybrid-models-quick" if quick else "reports/hybrid-models")
     with _user_errors():
         bounds.duration(duration)
         _out_folder(out, force, "-o")
