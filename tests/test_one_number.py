@@ -93,3 +93,12 @@ def test_quick_studies_leave_the_shipped_reports_alone(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "--duration" in r.output and "exists" not in r.output, r.output
     r = CliRunner().invoke(app, ["hybrid-study", "--quick", "--duration", "-1"])
     assert r.exit_code == 2 and "--duration" in r.output and "exists" not in r.output, r.output
+
+
+def test_block_sizes_the_kernel_cannot_run_are_flagged():
+    from kvsim.planning.kernel_check import kernel_warnings
+    got = kernel_warnings([1, 16, 24, 32], [None, "vllm-2023"])
+    # vllm-v1's FlashAttention runs multiples of 16; the 2023 paged kernel 8, 16 and 32
+    assert [w.split(":")[0] + " " + w.split("(")[1].split(")")[0] for w in got] == [
+        "block size 1 vllm-v1", "block size 24 vllm-v1", "block size 1 vllm-2023", "block size 24 vllm-2023"]
+    assert kernel_warnings([None], [None]) == [] and kernel_warnings([16], ["no-such-profile"]) == []

@@ -74,6 +74,10 @@ def sweep(
                                  else "give a TRACE or --grid trace, not both")
         if trace is None and preset is None and not {"trace", "preset"} & {*values, *base}:
             preset = "sharegpt"
+        from kvsim.planning.kernel_check import kernel_warnings
+        for message in kernel_warnings(values.get("block_size", [base.get("block_size")]),
+                                       values.get("engine_profile", [base.get("engine_profile")])):
+            warn(message)
         start = time.perf_counter()
         df = run_sweep(values, base, trace=trace, preset=preset, workers=workers, ray=ray,
                        ray_address=ray_address, out_dir=out, resume=resume, progress=True, warn=warn)

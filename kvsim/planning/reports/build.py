@@ -128,6 +128,11 @@ def block_size_section(report: Report, trace: Trace, flags: dict, block_sizes: S
     report.heading("Block size")
     report.paragraph(f"**Recommended block size: {r.recommended} tokens** (good range {r.good_range[0]} "
                      f"to {r.good_range[1]}). {r.reason}")
+    if r.warnings:                     # sizes the kernel cannot run: said on the page and on stderr
+        from kvsim.planning.progress_lines import say
+        report.paragraph("Not runnable on this engine: " + "; ".join(r.warnings) + ".")
+        for warning in r.warnings:
+            say(f"warning: {warning}")
     report.figure("block_size", figures.block_size_curve(r.curve, recommended=r.recommended))
     block_size_table(report, "block_size", r.curve)
     return r
