@@ -20,8 +20,6 @@ from kvsim.planning.tune import BLOCK_SIZES, tune_block_size
 from kvsim.engine.sim import simulate
 from kvsim.trace.table import Trace
 
-#: Request rates of the latency curve, as multiples of the trace's own rate.
-RATE_MULTIPLES = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
 #: Columns of the per-system table (summary_row names) and their headers.
 SYSTEM_COLUMNS = {
     "throughput_rps": "req/s", "throughput_tokens_per_s": "tokens/s", "mean_batch_size": "mean batch",
@@ -142,7 +140,8 @@ def trace_report(trace: Trace, title: str = "", *, rates: Sequence[float] | None
                  block_sizes: Sequence[int] = BLOCK_SIZES, workers: int | None = 1, bookkeeping=None,
                  **flags) -> Report:
     """A full report for `trace` on the deployment of run `flags` (as `kvsim.make_config`): systems
-    side by side, latency against rate (default: the trace's rate x RATE_MULTIPLES) and block size.
+    side by side, latency against rate (default: `kvsim.planning.report_rates.rate_grid`, spanning the
+    trace's rate and the engine's saturation) and block size.
 
     >>> import kvsim
     >>> tr = kvsim.generate_trace("alpaca", rate_rps=10, num_requests=30, seed=0)
@@ -157,11 +156,13 @@ def trace_report(trace: Trace, title: str = "", *, rates: Sequence[float] | None
     report.heading("Workload and deployment")
     report.table("workload", workload_table(trace))
     report.paragraph(f"Model {dep.model.name} on {dep.tp} x {dep.gpu.name}; run flags: "
-                     + (", ".join(f"`{k}={v}`" for k, v in sorted(flags.items())) or "defaults") + ".")
+                     + (", ".join(f"`{k}={v}`" for k, v in sorted(flags.items()) if v is not None) or "defaults")
+                     + ".")
     systems_section(report, trace, flags)
     base_rate = trace.summary()["rate_rps"]
     if rates is None and base_rate:
-        rates = [round(base_rate * m, 4) for m in RATE_MULTIPLES]
+        from kvsim.planning.report_rates import rate_grid
+        rates = rate_grid(trace, cfg, base_rate)
     if rates:
         rate_section(report, trace, flags, rates, workers=workers)
     if block_sizes:
