@@ -102,3 +102,17 @@ def test_block_sizes_the_kernel_cannot_run_are_flagged():
     assert [w.split(":")[0] + " " + w.split("(")[1].split(")")[0] for w in got] == [
         "block size 1 vllm-v1", "block size 24 vllm-v1", "block size 1 vllm-2023", "block size 24 vllm-2023"]
     assert kernel_warnings([None], [None]) == [] and kernel_warnings([16], ["no-such-profile"]) == []
+
+
+def test_block_sizes_within_the_tolerance_say_keep_the_default():
+    import pandas as pd
+
+    from kvsim.planning.tune_notes import within_note
+    curve = pd.DataFrame({"capacity_tokens_per_s": [990.0, 1000.0, 700.0]}, index=[16, 64, 256])
+    # 16 is 1 % below the best (64), inside 2 %: keep the default
+    assert within_note(curve, 64, (16, 64), 0.02) == (
+        "Block sizes 16 to 64 are within 2% of the best. No difference here worth a change: the default, 16, "
+        "is 1.0% below the best, less than this model can tell apart; keep the default.")
+    assert within_note(curve, 64, (16, 64), 0.005).startswith("Block sizes 16 to 64") is True
+    assert "keep the default" not in within_note(curve, 64, (16, 64), 0.005)   # 1 % > 0.5 %
+    assert within_note(curve, 64, (64, 64), 0.02) == "No other block size comes within 2% of it."

@@ -294,7 +294,6 @@ def explain(r: TuneResult) -> str:
                      f"({100 * hi.peak_internal_fraction:.1f}% of each request's blocks at its peak), "
                      f"so only {hi.mean_batch_size:.1f} requests fit on average "
                      f"(capacity {hi.capacity_tokens_per_s:,.0f} tokens/s).")
-    lo_g, hi_g = r.good_range
-    parts.append(f"Block sizes {lo_g} to {hi_g} are within {100 * TOLERANCE:.0f}% of the best." if lo_g < hi_g
-                 else f"No other block size comes within {100 * TOLERANCE:.0f}% of it.")
+    from kvsim.planning.tune_notes import within_note
+    parts.append(within_note(c, r.recommended, r.good_range, TOLERANCE))
     return " ".join(parts)
