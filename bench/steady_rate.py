@@ -51,8 +51,8 @@ def main() -> None:
             res = max_rate(slo, preset=preset, duration_s=d, workers=1, **flags)
             wall += time.perf_counter() - start
             answers.append((res.rate_rps, res.span_s))
-            if res.note:
-                notes.add(f"{d:g} s: {res.note}")
+            if res.note:                        # "uncertain: ..." -> "uncertain at 120 s"
+                notes.add(f"{res.note.split(':')[0]} at {d:g} s")
         ref = answers[-1][0]
         move = max(abs(a - ref) / ref for a, _ in answers)
         cells = [f"{a:.3g} ({s:g} s)" if s else f"{a:.3g}" for a, s in answers]

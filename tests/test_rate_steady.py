@@ -11,7 +11,7 @@ import pytest
 from kvsim.planning.rate import search as rt
 from kvsim.planning.rate import bounds as rb
 from kvsim.planning.rate_steady import bound_note, in_system_means, mann_kendall_z, settle, trend
-from kvsim.planning.rate_windows import MIN_TAIL, verdict
+from kvsim.planning.rate_windows import MIN_TAIL, MIN_WINDOW_REQUESTS, verdict
 
 
 def test_in_system_means_and_the_trend_of_a_stable_and_a_growing_queue():
@@ -41,6 +41,7 @@ def _columns(n, span, ttft):
 def test_batch_means_pass_fail_or_cannot_tell():
     need = MIN_TAIL / 0.01                                   # requests a window must hold for a p99
     big = int(need * 8 * 2)                                  # the second half holds 8 windows of `need`
+    assert need == MIN_WINDOW_REQUESTS
     assert verdict(_columns(big, 1000.0, 0.1), {"ttft_p99": 2}, 1000.0) == "pass"
     assert verdict(_columns(big, 1000.0, 3.0), {"ttft_p99": 2}, 1000.0) == "fail"
     # 2 % of the requests late in every window: the fraction 0.02 > 0.01 with no spread: fail
@@ -51,9 +52,10 @@ def test_batch_means_pass_fail_or_cannot_tell():
     assert verdict(_columns(400, 100.0, late[:400]), {"ttft_p99": 2}, 100.0) == "undecided"
     # no violation at all, but windows of fewer than `need` requests: still cannot tell (bursts cluster)
     assert verdict(_columns(int(8 * need), 100.0, 0.1), {"ttft_p99": 2}, 100.0) == "undecided"
-    # a mean: the batch means' interval; an infinite limit never fails
-    assert verdict(_columns(400, 100.0, 0.1), {"ttft_mean": 2}, 100.0) == "pass"
-    assert verdict(_columns(400, 100.0, 3.0), {"ttft_mean": 2, "e2e_p99": math.inf}, 100.0) == "fail"
+    # a mean: the batch means' interval, on windows of MIN_WINDOW_REQUESTS; an infinite limit never fails
+    assert verdict(_columns(big, 1000.0, 0.1), {"ttft_mean": 2}, 1000.0) == "pass"
+    assert verdict(_columns(big, 1000.0, 3.0), {"ttft_mean": 2, "e2e_p99": math.inf}, 1000.0) == "fail"
+    assert verdict(_columns(400, 100.0, 3.0), {"ttft_mean": 2}, 100.0) == "undecided"     # 25 a window
 
 
 def _row(rate, span, verdict_, z=0.0, excess=0.0, meets=True):
