@@ -116,3 +116,19 @@ def test_block_sizes_within_the_tolerance_say_keep_the_default():
     assert within_note(curve, 64, (16, 64), 0.005).startswith("Block sizes 16 to 64") is True
     assert "keep the default" not in within_note(curve, 64, (16, 64), 0.005)   # 1 % > 0.5 %
     assert within_note(curve, 64, (64, 64), 0.02) == "No other block size comes within 2% of it."
+
+
+def test_the_fleet_report_counts_the_requests_too_long_for_the_model():
+    import numpy as np
+
+    from kvsim.planning.studies.fleet_report import fleet_report
+    from kvsim.trace.table import Trace
+
+    # opt-13b's maximum is 2,048 tokens: 2,000 + 100 and 1,500 + 600 are too long, 100 + 10 is not
+    tr = Trace.from_arrays(np.array([0.0, 0.5, 1.0]), np.array([100, 2000, 1500]), np.array([10, 100, 600]))
+    rep = fleet_report(tr, "", {"model": "opt-13b", "kv_gib": 12, "num_blocks": None}, replicas=[1],
+                       routers=["round-robin"], splits=())
+    text = rep.markdown()
+    assert ("2 of 3 requests are longer than the model's maximum (2,048 tokens, prompt + output): every "
+            "layout rejects them, and SLO attainment counts them as misses.") in text
+    assert "None" not in text

@@ -153,6 +153,12 @@ def fleet_report(trace: Trace, title: str, flags: dict, replicas: Sequence[int],
     report.heading("Workload and deployment")
     report.table("workload", workload_table(trace))
     report.paragraph(f"Each replica: model {dep.model.name} on {dep.tp} x {dep.gpu.name}; run flags: "
-                     + (", ".join(f"`{k}={v}`" for k, v in sorted(flags.items())) or "defaults") + ".")
+                     + (", ".join(f"`{k}={v}`" for k, v in sorted(flags.items()) if v is not None) or "defaults")
+                     + ".")
+    long = int((trace.prompt_tokens + trace.output_tokens > dep.model.max_seq_len).sum())
+    if long:                     # every layout rejects these: said once, with the reason
+        report.paragraph(f"{long:,} of {len(trace):,} requests are longer than the model's maximum "
+                         f"({dep.model.max_seq_len:,} tokens, prompt + output): every layout rejects them, "
+                         "and SLO attainment counts them as misses.")
     fleet_section(report, trace, flags, replicas, routers, splits, ttft_slo, tpot_slo, kv_link)
     return report
