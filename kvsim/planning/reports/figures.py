@@ -72,6 +72,11 @@ def _thin(df: pd.DataFrame) -> pd.DataFrame:
     return df.iloc[::step]
 
 
+#: Line styles by series: later ones thinner and dashed, so one drawn over an equal one shows both.
+_STYLES = ({"lw": 2.2, "ls": "-"}, {"lw": 1.6, "ls": "--"}, {"lw": 1.2, "ls": "-."}, {"lw": 0.9, "ls": ":"},
+           {"lw": 0.7, "ls": "-"})
+
+
 def timeline(steps: Mapping[str, pd.DataFrame], capacity_tokens: Mapping[str, int] | int,
              title: str = "") -> Figure:
     """Two panels against simulated time (s): requests in the batch, and allocated KV (token states +
@@ -83,14 +88,15 @@ def timeline(steps: Mapping[str, pd.DataFrame], capacity_tokens: Mapping[str, in
     2
     """
     fig, (top, bottom) = _figure(rows=2, height=2.6)
-    for name, df in steps.items():
+    for k, (name, df) in enumerate(steps.items()):
         if df.empty:
             continue
         cap = capacity_tokens if isinstance(capacity_tokens, int) else capacity_tokens[name]
         d = _thin(df)
-        top.plot(d.time_s, d.running, label=name, lw=0.9)
+        style = _STYLES[k % len(_STYLES)]    # lines that coincide stay visible: dashes over a solid line
+        top.plot(d.time_s, d.running, label=name, **style)
         used = d.token_states + d.reserved + d.internal_fragmentation
-        bottom.plot(d.time_s, 100 * used / cap, label=name, lw=0.9)
+        bottom.plot(d.time_s, 100 * used / cap, label=name, **style)
     top.set_ylabel("batch (requests)")
     top.set_ylim(bottom=0)
     bottom.set_ylabel("KV allocated (% of capacity)")
@@ -183,9 +189,11 @@ def block_size_curve(df: pd.DataFrame, title: str = "", recommended: int | None 
         panels.append((bottom.twinx(), "indirection_fraction", "^", "#7b3294"))
     for ax, col, mark, colour in panels:
         m = metric(col)
-        ax.plot(d.block_size, (100 if m.percent else 1) * d[col], marker=mark, ms=3, color=colour)
+        y = (100 if m.percent else 1) * d[col]
+        ax.plot(d.block_size, y, marker=mark, ms=3, color=colour)
         ax.set_ylabel(m.axis(), color=colour)
-        ax.set_ylim(bottom=0)
+        top_y = float(y.max()) if len(y) and y.max() > 0 else 1.0
+        ax.set_ylim(-0.06 * top_y, 1.12 * top_y)     # a line at 0 or at the top clears the axis border
     for ax in (top, bottom):
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(d.block_size), [str(b) for b in d.block_size])
