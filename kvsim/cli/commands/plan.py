@@ -267,7 +267,7 @@ def _print_rate(console, res, curve: list[dict]) -> None:
                   limiting_factor(r) if r.get("status") == "ok" else r.get("error", ""))
     console.print(t)
     knee = (f" (the knee lies below {res.hi_rps:.3g} req/s, the lowest rate that failed" +
-            (f"; judged at steady state on {res.span_s:.0f} s of arrivals" if res.span_s else "") + ")"
+            (f"; judged on {res.span_s:.0f} s of arrivals" if res.span_s else "") + ")"
             if res.hi_rps else "")
     console.print(f"highest rate meeting {', '.join(f'{k} <= {v:g}' for k, v in res.slo.items())}: "
                   f"[bold]{res.rate_rps:.3g} req/s[/]{knee}; limited at the knee by {res.limited_by}"
