@@ -25,9 +25,9 @@ tried rates form the latency-against-rate curve; the first failing rate is the k
 from __future__ import annotations
 
 import math
-from operator import mul
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import mul
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from kvsim.engine.config import SimConfig
