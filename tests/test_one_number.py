@@ -132,3 +132,17 @@ def test_the_fleet_report_counts_the_requests_too_long_for_the_model():
     assert ("2 of 3 requests are longer than the model's maximum (2,048 tokens, prompt + output): every "
             "layout rejects them, and SLO attainment counts them as misses.") in text
     assert "None" not in text
+
+
+def test_an_slo_no_layout_meets_is_said_not_to_fit():
+    import pandas as pd
+
+    from kvsim.planning.studies.fleet_report import slo_fit_note
+    table = pd.DataFrame({"layout": ["4 colocated, round-robin", "1P:3D"], "slo_attainment": [0.07, 0.02],
+                          "ttft_s_p50": [0.9, 0.4], "tpot_s_p50": [0.03, 0.02]})
+    assert slo_fit_note(table, 0.2, 0.1) == (
+        "The SLO is the user's (`--ttft-slo 0.2`, `--tpot-slo 0.1`; DistServe's defaults when not given). It "
+        "does not fit this workload: the best layout (4 colocated, round-robin) serves 7% of requests within "
+        "it, with TTFT p50 0.9 s and TPOT p50 0.03 s; an SLO near those would compare the layouts.")
+    fits = table.assign(slo_attainment=[0.95, 0.9])
+    assert slo_fit_note(fits, 0.2, 0.1).endswith("defaults when not given).")

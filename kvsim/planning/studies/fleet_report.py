@@ -138,6 +138,7 @@ def _split_part(report: Report, trace: Trace, flags: dict, fleets: pd.DataFrame,
         "(`--ttft-slo`, `--tpot-slo`), rejected and unfinished ones counted as misses (DistServe's "
         "definitions).")
     report.table("fleet_vs_disagg", table, show=SPLIT_SHOW, percent=["slo_attainment"])
+    report.paragraph(slo_fit_note(table, ttft_slo, tpot_slo))
     report.figure("fleet_vs_disagg", figures.bars(dict(zip(table.layout, 100 * table.slo_attainment)),
                                                   metric("slo_attainment").axis(), "SLO attainment by layout"))
 
@@ -162,3 +163,21 @@ def fleet_report(trace: Trace, title: str, flags: dict, replicas: Sequence[int],
                          "and SLO attainment counts them as misses.")
     fleet_section(report, trace, flags, replicas, routers, splits, ttft_slo, tpot_slo, kv_link)
     return report
+
+
+#: Best attainment under which the SLO is said not to fit the workload (no layout serves half its
+#: requests within it: the comparison says more about the SLO than about the layouts).
+FIT_BELOW = 0.5
+
+
+def slo_fit_note(table: pd.DataFrame, ttft_slo: float, tpot_slo: float) -> str:
+    """Whose SLO this is, and, when no layout attains FIT_BELOW of it, that it does not fit the workload,
+    with the best layout's medians to choose one from ('' columns missing)."""
+    best = table.loc[table.slo_attainment.idxmax()]
+    text = (f"The SLO is the user's (`--ttft-slo {ttft_slo:g}`, `--tpot-slo {tpot_slo:g}`; DistServe's "
+            "defaults when not given).")
+    if best.slo_attainment >= FIT_BELOW:
+        return text
+    return text + (f" It does not fit this workload: the best layout ({best.layout}) serves "
+                   f"{100 * best.slo_attainment:.0f}% of requests within it, with TTFT p50 {best.ttft_s_p50:.3g} s "
+                   f"and TPOT p50 {best.tpot_s_p50:.3g} s; an SLO near those would compare the layouts.")
