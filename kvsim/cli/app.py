@@ -21,7 +21,7 @@ from kvsim.cli.commands.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresho
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
-from kvsim.cli.options import Batching, HybridOpt, MaxLenOpt, SeqsOpt, TokensOpt
+from kvsim.cli.options import AsyncOpt, Batching, HybridOpt, MaxLenOpt, RetentionOpt, SeqsOpt, TokensOpt
 from kvsim.cli.run_flags import check_run_flags
 from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_json_atomic
@@ -65,8 +65,8 @@ ModelConfigOpt = typer.Option(None, "--model-config", help="Hugging Face config.
 GpuOpt = typer.Option("a100-40gb", "--gpu", help="GPU preset (e.g. a100-40gb, h100-80gb, h200).")
 TpOpt = typer.Option(1, "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel degree (GPUs).")
 KvGibOpt = typer.Option(None, "--kv-gib", help="KV memory of the whole deployment, GiB.")
-NumBlocksOpt = typer.Option(None, "--num-blocks", "--num-gpu-blocks-override", help="KV blocks of the whole "
-                            "deployment.")
+NumBlocksOpt = typer.Option(None, "--num-blocks", help="Usable KV blocks of the whole deployment. vLLM's "
+                            "--num-gpu-blocks-override N (also accepted) counts its null block: N - 1 usable.")
 MemUtilOpt = typer.Option(0.9, "--gpu-mem-util", "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV, when no "
                           "--kv-gib/--num-blocks.")
 BlockOpt = typer.Option(16, "--block-size", min=1, help="Paged block size, tokens.")
@@ -138,7 +138,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         force_calibration: bool = ForceCalOpt, seed: int = typer.Option(0, "--seed", help="Random seed."),
         trace_format: str = FormatOpt, hash_block_size: Optional[int] = HashBlockOpt,
         max_requests: Optional[int] = MaxRequestsOpt, json_out: Optional[Path] = JsonOpt,
-        hybrid_kv_cache: Optional[bool] = HybridOpt,
+        hybrid_kv_cache: Optional[bool] = HybridOpt, retention: str = RetentionOpt, async_scheduling: Optional[bool] = AsyncOpt,
         swap_multi_seq: bool = typer.Option(False, "--swap-multi-seq", help="Preempt requests with more "
                                             "than one sequence (n > 1, beams) by swap even under "
                                             "--preemption recompute (vLLM 2023)."),
@@ -183,6 +183,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))
+        from kvsim.planning.runs import make_config
+        cfg = make_config(cfg, prefix_cache_retention_interval=retention, async_scheduling=async_scheduling)
         cfg.resolved()                                   # flags that contradict the profile fail here
         check_run_flags(cfg)                             # flags that cannot apply (kvsim.planning.flag_table)
         if prefill_replicas is not None or decode_replicas is not None:   # kvsim.cli.commands.disagg

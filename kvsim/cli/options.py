@@ -23,6 +23,13 @@ HybridOpt = typer.Option(None, "--hybrid-kv-cache/--no-hybrid-kv-cache", help="v
                          "manager for models with sliding-window, chunked-local or Mamba layers (default: "
                          "vLLM's choice, off for chunked local attention); --no-hybrid-kv-cache is vLLM's "
                          "--disable-hybrid-kv-cache-manager: every layer sized as full attention.")
+RetentionOpt = typer.Option("0", "--prefix-cache-retention-interval", metavar="TOKENS|none", help="vLLM 0.33's "
+                            "prefix-cache checkpoints of sliding-window layers: 0 (vLLM's default) keeps only "
+                            "the replay boundary and shared-prefix junctions, a positive multiple of the block "
+                            "size also one every TOKENS, none every block (dense).")
+AsyncOpt = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="vLLM's async scheduling: two "
+                        "batches in flight, which sizes the sliding-window and chunked-local admission cap "
+                        "(default: vLLM's, on; off: one batch).")
 
 
 class Batching(str, Enum):

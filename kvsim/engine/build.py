@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
-from kvsim.engine.config import SimConfig, kv_cache_plan, kv_capacity
+from kvsim.alloc.hybrid.retention import check_retention
+from kvsim.engine.config import SimConfig, concurrent_batches, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
 from kvsim.engine.batching.scheduler import Scheduler
-from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, KVCachePlan
+from kvsim.specs.kv_groups import KVCachePlan
 from kvsim.specs.model import GIB
 from kvsim.engine.batching.static import StaticScheduler
 from kvsim.trace.table import Trace
@@ -46,6 +47,10 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     paged = cache.allocator == "paged"
     block_size = cache.block_size if paged else 1
     plan = kv_cache_plan(cfg) if paged else None
+    if paged and (plan is None or hybrid_groups(plan) is None):   # (the hybrid allocator checks its own)
+        kinds = ["full"] if plan is None or not plan.hybrid else [g.kind for g in plan.groups]
+        check_retention(cache.prefix_cache_retention_interval, block_size if plan is None else plan.block_size,
+                        kinds)
     if cache.allocator == "jenga":
         alloc = jenga_allocator(cfg)
         capacity, block_size = alloc.capacity_tokens, cache.block_size
@@ -131,8 +136,9 @@ def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
                               cpu_tier_blocks=cpu_tier_blocks(cfg, plan.block_size))
     return make_allocator("hybrid", capacity, block_size=plan.block_size, max_seq_len=plan.max_model_len,
                           prefix_caching=cache.prefix_caching, groups=groups,
-                          max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
-                          prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)
+                          max_in_flight_tokens=concurrent_batches(cfg) * sched.max_batched_tokens,
+                          prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None,
+                          retention_interval=cache.prefix_cache_retention_interval)
 
 
 def jenga_allocator(cfg: SimConfig):
@@ -151,7 +157,7 @@ def jenga_allocator(cfg: SimConfig):
     groups = groups_from_layers(layers, cache.block_size)
     return make_allocator("jenga", 0, block_size=cache.block_size, max_seq_len=model.max_seq_len,
                           prefix_caching=cache.prefix_caching, groups=groups, pool_bytes=pool,
-                          max_in_flight_tokens=MAX_CONCURRENT_BATCHES * sched.max_batched_tokens,
+                          max_in_flight_tokens=concurrent_batches(cfg) * sched.max_batched_tokens,
                           prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None)
 
 

@@ -14,6 +14,7 @@ from kvsim.engine.batching.samples import SAMPLE_LENGTHS
 from kvsim.cost.calibration import Calibration
 from kvsim.cost.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
 from kvsim.specs import GIB, Deployment
+from kvsim.alloc.hybrid.retention import DEFAULT_RETENTION
 from kvsim.specs.kv_groups import KVCachePlan, plan_kv_cache
 
 
@@ -42,6 +43,7 @@ class SchedulerConfig:
     separate_prefill: bool = False
     beam_death_rate: float = BEAM_DEATH_RATE
     sample_lengths: str = "equal"
+    async_scheduling: bool | None = None     # vLLM's --async-scheduling: None its default (`concurrent_batches`)
 
     def __post_init__(self) -> None:
         if any(v is not None and v < 1 for v in (self.max_num_seqs, self.max_batched_tokens)):
@@ -82,6 +84,8 @@ class CacheConfig:
                                           # --disable-hybrid-kv-cache-manager (every layer full attention)
     cpu_kv_gib: float = 0.0         # CPU tier of the prefix cache, GiB for the whole deployment
                                     # (vLLM's --kv-offloading-size; kvsim/alloc/cpu_tier.py)
+    prefix_cache_retention_interval: int | None = DEFAULT_RETENTION   # vLLM's flag: 0, a multiple of the
+                                    # block size, or None (dense); sliding groups (kvsim/alloc/hybrid/retention.py)
 
     def __post_init__(self) -> None:
         if self.allocator not in (*ALLOCATORS, "jenga"):
@@ -95,6 +99,10 @@ class CacheConfig:
             raise ValueError(f"--swap-gib must be a finite number >= 0, got {self.swap_gib}")
         if not 0 <= self.cpu_kv_gib < float("inf"):
             raise ValueError(f"--cpu-kv-gib must be a finite number >= 0, got {self.cpu_kv_gib}")
+        interval = self.prefix_cache_retention_interval
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 0):
+            raise ValueError(f"--prefix-cache-retention-interval must be 0, a positive multiple of the block "
+                             f"size, or none; got {interval!r}")
         if self.cpu_kv_gib and (self.prefix_caching is False or self.allocator != "paged"):
             raise ValueError("--cpu-kv-gib keeps blocks the prefix cache evicts: it needs --prefix-caching "
                              "and the paged allocator")
@@ -180,6 +188,22 @@ def prefix_caching_on(cfg: SimConfig) -> bool:
     return cfg.profile().prefix_caching and cfg.cache.allocator in ("paged", "jenga") and not mamba
 
 
+def async_scheduling_on(cfg: SimConfig) -> bool:
+    """vLLM 0.33's async scheduling for this run (`VllmConfig.__post_init__`, vllm/config/vllm.py):
+    `--async-scheduling` / `--no-async-scheduling` when given, else on unless vLLM turns it off: for
+    pooling models, executors without it, ROCm DeepEP DBO, or the V1 model runner with pipeline
+    parallelism or a non-EAGLE speculative method. kvsim simulates none of those (generation models, one
+    pipeline stage, no speculative decoding), so its default is on."""
+    return True if cfg.scheduler.async_scheduling is None else cfg.scheduler.async_scheduling
+
+
+def concurrent_batches(cfg: SimConfig) -> int:
+    """Batches in flight at once, vLLM's `VllmConfig.max_concurrent_batches` at pipeline size 1: 2 with
+    async scheduling (one step scheduled while the previous runs), else 1. It sizes the sliding and
+    chunked groups' admission cap (`max_in_flight_tokens` = batches x max_num_batched_tokens)."""
+    return 2 if async_scheduling_on(cfg) else 1
+
+
 def kv_capacity(cfg: SimConfig) -> int:
     """KV slots of the run (the whole deployment), rounded down to whole blocks."""
     dep, cache = cfg.deployment, cfg.cache
@@ -213,4 +237,5 @@ def kv_cache_plan(cfg: SimConfig) -> KVCachePlan | None:
                     int(dep.kv_memory_per_gpu(cache.gpu_mem_util, tokens)))
     return plan_kv_cache(dep.model, dep.tp, cache.block_size, kv_bytes_per_gpu=kv_bytes,
                          num_blocks=cache.num_blocks, max_num_batched_tokens=tokens,
-                         hybrid=cache.hybrid_kv_cache, prefix_caching=prefix_caching_on(cfg))
+                         hybrid=cache.hybrid_kv_cache, prefix_caching=prefix_caching_on(cfg),
+                         max_concurrent_batches=concurrent_batches(cfg))

@@ -26,6 +26,21 @@ class VllmFlag:
     run_flag: str | None
     takes_value: bool = True
     switch: bool | None = None
+    null_block: bool = False     # the value counts vLLM's null block: the run flag gets it less one
+
+
+def _value(name: str, spec: VllmFlag, value: Any) -> Any:
+    """A valued flag's run-flag value: as given, or less vLLM's null block (`null_block`)."""
+    if not spec.null_block:
+        return value
+    try:
+        blocks = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"--{name}: {value!r} is not a whole number") from None
+    if blocks < 2:
+        raise ValueError(f"--{name} {blocks}: vLLM counts its null block in it, so at least 2 are needed "
+                         f"(N - 1 usable); --num-blocks gives usable blocks")
+    return blocks - 1
 
 
 def _switch(run_flag: str | None, value: bool = True) -> VllmFlag:
@@ -42,7 +57,12 @@ VLLM_FLAGS: dict[str, VllmFlag] = {
     "max-model-len": VllmFlag("max_model_len"),
     "block-size": VllmFlag("block_size"),
     "swap-space": VllmFlag("swap_gib"),
-    "num-gpu-blocks-override": VllmFlag("num_blocks"),
+    # vLLM's override counts the null block (block 0, never allocated: vllm/v1/core/block_pool.py), so
+    # N of them leave N - 1 usable blocks: kvsim's --num-blocks N - 1
+    "num-gpu-blocks-override": VllmFlag("num_blocks", null_block=True),
+    "prefix-cache-retention-interval": VllmFlag("prefix_cache_retention_interval"),
+    "async-scheduling": _switch("async_scheduling"),
+    "no-async-scheduling": _switch("async_scheduling", False),
     "dtype": VllmFlag("dtype"),
     "quantization": VllmFlag("quantization"), "q": VllmFlag("quantization"),
     "seed": VllmFlag("seed"),
@@ -76,7 +96,8 @@ def _key(name: str) -> str:
 #: `gpu_mem_util`): the aliases `kvsim.planning.runs.normalize_flag` applies. Negating switches are left
 #: out (a grid says `enable_prefix_caching=false`).
 ALIASES: dict[str, str] = {name.replace("-", "_"): f.run_flag for name, f in VLLM_FLAGS.items()
-                           if f.run_flag and f.switch is not False and name.replace("-", "_") != f.run_flag}
+                           if f.run_flag and f.switch is not False and name.replace("-", "_") != f.run_flag
+                           and not f.null_block}
 #: vLLM flag names (with `_`) that kvsim accepts and ignores.
 IGNORED: frozenset[str] = frozenset(n.replace("-", "_") for n, f in VLLM_FLAGS.items() if f.run_flag is None)
 
@@ -105,7 +126,7 @@ def translate(flags: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         elif spec.run_flag is None:
             ignored.append(_key(name))
         elif spec.switch is None:
-            out[spec.run_flag] = value
+            out[spec.run_flag] = _value(_key(name), spec, value)
         else:
             truth = _truth(name, value)
             out[spec.run_flag] = truth if spec.switch else not truth
@@ -141,5 +162,5 @@ def split_argv(args: list[str], declared: set[str]) -> tuple[list[str], dict[str
         if spec.run_flag is None:
             ignored.append(name)
         else:
-            flags[spec.run_flag] = inline if spec.takes_value else spec.switch
+            flags[spec.run_flag] = _value(_key(name), spec, inline) if spec.takes_value else spec.switch
     return rest, flags, sorted(set(ignored))

@@ -34,7 +34,9 @@ os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
 
-def spec_of(group: dict, block_size: int, max_model_len: int):
+def spec_of(group: dict, block_size: int, max_model_len: int, pad_mamba: bool = False):
+    """vLLM's spec of a case group; `pad_mamba`: a Mamba page padded to the attention page (as vLLM's
+    start-up makes every page the same size)."""
     import torch
     from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec,
                                             SlidingWindowSpec)
@@ -48,7 +50,8 @@ def spec_of(group: dict, block_size: int, max_model_len: int):
         return ChunkedLocalAttentionSpec(**attn, attention_chunk_size=group["chunk"])
     # without prefix caching vLLM gives a Mamba group blocks of max_model_len tokens
     # (vllm/model_executor/models/config.py: mamba_block_size = max_model_len): one per request
-    return MambaSpec(block_size=max_model_len, shapes=((2, 4),), dtypes=(torch.float32,))
+    pad = 2 * block_size * 8 * 4 if pad_mamba else None    # (the attention page: K and V, 8 float32 per token)
+    return MambaSpec(block_size=max_model_len, shapes=((2, 4),), dtypes=(torch.float32,), page_size_padded=pad)
 
 
 def run(scenario: dict) -> list[dict]:

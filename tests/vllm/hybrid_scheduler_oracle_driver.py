@@ -1,64 +1,53 @@
 """Run vLLM 0.33's own v1 Scheduler (and through it its KVCacheManager) with hybrid KV cache groups over burst
-traces, for tests/vllm/test_hybrid_scheduler_oracle.py. Prefix caching off, recompute preemption, chunked
-prefill, synchronous scheduling (the settings of the shared oracle's `vllm_oracle.run_native`).
+traces, for tests/vllm/test_hybrid_scheduler_oracle.py and tests/test_hybrid_retention_oracle.py. The
+engine's configuration and KV cache config come from vLLM's own start-up functions (tests/vllm_startup.py:
+`get_kv_cache_configs`, `generate_scheduler_kv_cache_config`, ...), so vLLM's defaults apply unless a case
+sets them: prefix cache retention interval 0, recompute preemption, chunked prefill; synchronous
+scheduling unless "async_scheduling": true (vLLM's `AsyncScheduler`, driven with two batches in flight
+as `EngineCore.step_with_batch_queue` does).
 
 Run with the oracle venv's python (never imported by kvsim or by pytest's process):
     ~/.cache/vllm-oracle-venv/bin/python tests/vllm/hybrid_scheduler_oracle_driver.py CASES.json OUT.json
-A case: {"block_size": B, "num_blocks": N (kvsim's; vLLM gets N + 1 with its null block), "groups": [...]
-(as tests/vllm/hybrid_oracle_driver.py), "max_num_batched_tokens": T, "max_num_seqs": S, "max_model_len": L,
-"requests": [[prompt, output], ...] all arriving at step 0, optionally "caching": true with "prompts": the
-token ids of each prompt (automatic prefix caching; outputs unique to each request)}. Output per case: per step {"used": blocks
-used after the step's scheduling, "groups": per group blocks in the live requests' tables (a shared one once per table), "preempted":
-[request index], "finished": [request index], "tokens": tokens scheduled}.
+A case: {"block_size": B, "num_blocks": N (usable blocks; vLLM gets num_gpu_blocks_override = N + 1 with its
+null block), "groups": [...] (as tests/vllm/hybrid_oracle_driver.py), "max_num_batched_tokens": T,
+"max_num_seqs": S, "max_model_len": L, "requests": [[prompt, output], ...] all arriving at step 0,
+optionally "caching": true with "prompts": the token ids of each prompt (automatic prefix caching;
+outputs unique to each request), "retention": "none" | an int (vLLM's --prefix-cache-retention-interval;
+absent: its default 0), "async_scheduling": true}. Output per case: per step {"used": blocks used after
+the step's scheduling, "groups": per case group blocks in the live requests' tables (a shared one once
+per table), "preempted": [request index], "finished": [request index], "tokens": tokens scheduled}; with
+caching a last record {"hits": tokens each request's first admission got from the prefix cache}.
 """
 
 import json
-import math
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hybrid_oracle_driver import spec_of  # noqa: E402  (sets vLLM's quiet logging first)
+from vllm_startup import group_order, startup  # noqa: E402  (sets vLLM's quiet logging first)
 
 
 def run(case: dict) -> list[dict]:
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
-    bs, max_len, mbt = case["block_size"], case["max_model_len"], case["max_num_batched_tokens"]
-    mdir = tempfile.mkdtemp(prefix="vllm-hybrid-oracle-")
-    with open(os.path.join(mdir, "config.json"), "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-                   "intermediate_size": 128, "num_attention_heads": 1, "num_key_value_heads": 1,
-                   "num_hidden_layers": len(case["groups"]), "vocab_size": 1 << 16,
-                   "max_position_embeddings": max_len, "rms_norm_eps": 1e-6, "torch_dtype": "float16",
-                   "bos_token_id": 1, "eos_token_id": 2}, f)
-    mc = ModelConfig(model=mdir, dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=max_len)
-    sc = SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_num_batched_tokens=mbt, max_model_len=max_len,
-                         enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=False)
+    vc, kvc, sched_bs, hash_bs = startup(case)       # vLLM's own start-up (tests/vllm_startup.py)
+    order = group_order(kvc, case)
     caching = case.get("caching", False)
-    cc = CacheConfig(block_size=bs, enable_prefix_caching=caching)
-    vc = VllmConfig(device_config=DeviceConfig(device="cpu"), model_config=mc, scheduler_config=sc, cache_config=cc)
-    groups = [KVCacheGroupSpec([f"model.layers.{g}.attn"], spec_of(group, bs, max_len))
-              for g, group in enumerate(case["groups"])]
-    kvc = KVCacheConfig(num_blocks=case["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=groups)
-    cc.num_gpu_blocks = case["num_blocks"] + 1
-    lcm = math.lcm(*(g.kv_cache_spec.block_size for g in groups))   # vLLM's scheduler block size
     hasher = None
     if caching:
-        fn = get_hash_fn_by_name("sha256")
+        fn = get_hash_fn_by_name(vc.cache_config.prefix_caching_hash_algo)
         init_none_hash(fn)
-        hasher = get_request_block_hasher(bs, fn)
-    sch = Scheduler(vllm_config=vc, kv_cache_config=kvc, log_stats=False, block_size=lcm,
-                    structured_output_manager=StructuredOutputManager(vc))
+        hasher = get_request_block_hasher(hash_bs, fn)
+    sch = vc.scheduler_config.get_scheduler_cls()(
+        vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+        log_stats=False, block_size=sched_bs, hash_block_size=hash_bs)
+    groups = kvc.kv_cache_groups
     mgr, pool = sch.kv_cache_manager, sch.kv_cache_manager.block_pool
     preempted: list[int] = []
     orig_preempt = sch._preempt_request
@@ -90,7 +79,10 @@ def run(case: dict) -> list[dict]:
         for r in reqs:
             for g, blocks in enumerate(mgr.coordinator.get_blocks(r.request_id)):
                 held[g] += sum(not b.is_null for b in blocks)
-        record = {"used": case["num_blocks"] - pool.get_num_free_blocks(), "groups": held,
+        by_case = [0] * len(groups)
+        for g, n in zip(order, held):
+            by_case[g] = n
+        record = {"used": case["num_blocks"] - pool.get_num_free_blocks(), "groups": by_case,
                   "preempted": list(preempted), "tokens": so.total_num_scheduled_tokens}
         ids = list(so.num_scheduled_tokens)
         toks = [[100_000 + int(rid) * 1000 + reqs[int(rid)].num_output_tokens]

@@ -1,12 +1,13 @@
 """The unchanged kvsim Scheduler over the hybrid allocator against vLLM 0.33's own v1 Scheduler and
-KVCacheManager with the same KV cache groups (tests/vllm/hybrid_scheduler_oracle_driver.py), step by step on
-burst traces: used blocks after each step's scheduling, blocks per group, preemptions, finishes and tokens
-scheduled. Chunked prefill, recompute, prefix caching off, as the shared oracle's `run_native`.
+KVCacheManager with the same KV cache groups (tests/vllm/hybrid_scheduler_oracle_driver.py, its engine configured
+by vLLM's own start-up functions: tests/vllm_startup.py), step by step on burst traces: used blocks after
+each step's scheduling, blocks per group, preemptions, finishes and tokens scheduled. Chunked prefill,
+recompute, synchronous scheduling; prefix caching off, or on with vLLM's default retention interval 0.
 
 Golden: vLLM's records in tests/data/hybrid_oracle/scheduler_vllm_0.33.json.gz (small cases, block 4)
 and scheduler_realistic_vllm_0.33.json.gz (gpt-oss-, Gemma-3- and Llama-4-like group mixes at block 16),
 made by the driver (`python tests/vllm/test_hybrid_scheduler_oracle.py` regenerates both); live: where the
-oracle venv exists vLLM is rerun and must reproduce them.
+oracle venv exists vLLM is rerun and must reproduce them (`--long`).
 """
 
 import gzip
@@ -49,13 +50,14 @@ def cases() -> list[dict]:
         prompts.append(fam + [50_000 + 100 * i + k for k in range(rng.randint(0, 20) if i % 5 else 0)])
     shared = [[len(p), rng.randint(1, 30)] for p in prompts]
 
-    def cached(groups, num_blocks):
-        return {**case(groups, num_blocks, shared, 128), "caching": True, "prompts": prompts}
-    return [case([FULL, SWA8], 40, short, 128), case([FULL, CHUNK8], 40, short, 128),
+    def cached(groups, num_blocks, max_len=128):
+        return {**case(groups, num_blocks, shared, max_len), "caching": True, "prompts": prompts}
+    # max_model_len: what vLLM's start-up lets the pool serve (one max-length request must fit)
+    return [case([FULL, SWA8], 40, short, 72), case([FULL, CHUNK8], 40, short, 72),
             case([FULL, MAMBA], 40, short, 128), case([SWA8, FULL, MAMBA], 50, short, 128),
-            case([FULL, SWA8], 60, long, 256), case([FULL, CHUNK8], 60, long, 256),
-            case([SWA8, SWA8, FULL], 70, long, 256),
-            cached([FULL, SWA8], 40), cached([FULL, SWA8], 80), cached([FULL, CHUNK8], 40),
+            case([FULL, SWA8], 60, long, 160), case([FULL, CHUNK8], 60, long, 160),
+            case([SWA8, SWA8, FULL], 70, long, 160),
+            cached([FULL, SWA8], 40, 96), cached([FULL, SWA8], 80), cached([FULL, CHUNK8], 40, 96),
             cached([SWA8, FULL, SWA8], 60), cached([SWA8, CHUNK8], 40)]
 
 
@@ -71,10 +73,10 @@ def realistic_cases() -> list[dict]:
     prefixes = [[10_000 * f + k for k in range(rng.randint(200, 600))] for f in range(1, 5)]
     prompts = [prefixes[i % 4] + [900_000 + 2000 * i + k for k in range(rng.randint(1, 400))] for i in range(80)]
 
-    def case(groups, num_blocks, requests=reqs, **extra):
+    def case(groups, num_blocks, requests=reqs, max_len=4096, **extra):
         return {"block_size": 16, "num_blocks": num_blocks, "groups": groups, "max_num_batched_tokens": 2048,
-                "max_num_seqs": 64, "max_model_len": 4096, "requests": requests, **extra}
-    return [case([FULL, swa128], 420), case([swa512] * 5 + [FULL], 900), case([chunk1024] * 3 + [FULL], 1200),
+                "max_num_seqs": 64, "max_model_len": max_len, "requests": requests, **extra}
+    return [case([FULL, swa128], 420), case([swa512] * 5 + [FULL], 900, max_len=2048), case([chunk1024] * 3 + [FULL], 1200),
             case([FULL, swa128], 500, [[len(p), rng.randint(10, 300)] for p in prompts], caching=True, prompts=prompts)]
 
 
@@ -89,8 +91,11 @@ def run_kvsim(case: dict) -> list[dict]:
     hashes = [_content_ids(p, bs) for p in case["prompts"]] if caching else None
     trace = Trace.from_arrays([0.0] * len(reqs), [p for p, _ in reqs], [o for _, o in reqs], block_hashes=hashes,
                               hash_block_size=bs if caching else None)
+    retention = case.get("retention", 0)          # vLLM's default 0 unless the case names one
     alloc = HybridAllocator(case["num_blocks"], bs, [GroupSpec(**g) for g in case["groups"]], case["max_model_len"],
-                            max_in_flight_tokens=mbt, prefill_chunk_tokens=mbt, prefix_caching=bool(caching))
+                            max_in_flight_tokens=mbt * (2 if case.get("async_scheduling") else 1),
+                            prefill_chunk_tokens=mbt, prefix_caching=bool(caching),
+                            retention_interval=None if retention == "none" else retention)
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_batched_tokens=mbt,
                                                     chunked_prefill=True), max_seq_len=case["max_model_len"],
                       block_ids=(lambda i: trace.prompt_block_ids(i, bs)) if caching else None)

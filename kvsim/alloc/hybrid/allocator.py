@@ -2,10 +2,9 @@
 (full, sliding window, chunked local, Mamba) drawing blocks from ONE shared pool, one block table per
 group per sequence (`vllm/v1/core/kv_cache_coordinator.py` over `single_type_kv_cache_manager.py`).
 
-Units: `num_blocks` blocks of `block_size` token slots shared by every group (the caller sizes the
-pool: vLLM's page size is the same for all groups); lengths in tokens. A token of a sequence takes one
-slot in each attention group's blocks, so `capacity_tokens` (blocks x block_size) counts slots, not
-tokens of context.
+Units: `num_blocks` blocks of `block_size` token slots shared by every group (vLLM's page size is the same
+for all groups); lengths in tokens. A token takes one slot in each attention group's blocks, so
+`capacity_tokens` (blocks x block_size) counts slots, not tokens of context.
 
 Each step, as vLLM's `KVCacheManager.allocate_slots` does for a sequence that has `C` tokens computed
 and grows by `n`: first every group nulls and frees its leading entries no later token reads
@@ -13,10 +12,9 @@ and grows by `n`: first every group nulls and frees its leading entries no later
 until its table has `entries_for(C + n)` entries (null ones count). A table is append-only; its skipped
 head holds `NULL_BLOCK` entries (vLLM's null block) that hold no pool block.
 
-The free queue is vLLM 0.33's (`BlockPool.free_blocks`: uncached blocks are prepended, last in first
-out; cached ones appended, kvsim/alloc/hybrid/prefix.py): released uncached blocks `_free`, then the never
-used ids `_top`.., then the evictable cached blocks (least recently freed first), so block ids equal
-vLLM's minus one (its block 0 is the null block).
+The free queue is vLLM 0.33's (`BlockPool.free_blocks`: uncached blocks prepended, last in first out;
+cached ones appended): released uncached blocks `_free`, the never used ids `_top`.., then the evictable
+cached blocks (least recently freed first), so block ids equal vLLM's minus one (its 0 is the null block).
 
 Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, never used: id
 >= `_top`, or evictable) or held; without prefix caching a held block is in exactly one (sequence, group)
@@ -37,6 +35,7 @@ from kvsim.alloc.paged.prefix import PrefixCache
 from kvsim.alloc.hybrid.accounting import HybridAccounting
 from kvsim.alloc.hybrid.groups import NULL_BLOCK, GroupSpec, make_rules
 from kvsim.alloc.hybrid.prefix import HybridPrefix
+from kvsim.alloc.hybrid.retention import DEFAULT_RETENTION
 from kvsim.alloc.hybrid.ticks import HybridTicks
 from kvsim.alloc.hybrid.windows import HybridWindows
 
@@ -57,21 +56,22 @@ class _Seq:
     at: int = -1              # ticking (kvsim/alloc/hybrid/ticks.py): the tick `tokens` is as of; -1: not
     due: int = -1             # ticking: the tick of its next event
     key: int = 0              # ticking: its place in the order sequences started ticking
+    marks: tuple = ()         # prefix caching: its reachable token boundaries (kvsim/alloc/hybrid/retention.py)
 
 
 class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows):
     """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
 
-    `groups`: the KV cache groups in vLLM's group order. `max_model_len` and `max_in_flight_tokens`
-    (vLLM's `VllmConfig.max_in_flight_tokens`: concurrent batches x max_num_batched_tokens) set the
-    per-request admission cap of sliding and chunked groups. `prefill_chunk_tokens`: the most tokens a
-    sequence's first allocation takes (max_num_batched_tokens with chunked prefill; None: a whole
-    prompt at once), which bounds `peak_slots`. `prefix_caching`: vLLM's automatic prefix caching
-    across groups (kvsim/alloc/hybrid/prefix.py)."""
+    `groups`: the KV cache groups in vLLM's order. `max_model_len` and `max_in_flight_tokens` (vLLM's
+    `VllmConfig.max_in_flight_tokens`: concurrent batches x max_num_batched_tokens) set the sliding and
+    chunked groups' admission cap. `prefill_chunk_tokens`: the most tokens a first allocation takes
+    (None: a whole prompt), which bounds `peak_slots`. `prefix_caching`: vLLM's automatic prefix caching
+    (prefix.py), sliding groups thinned by `retention_interval` (vLLM's --prefix-cache-retention-interval:
+    0, a multiple of block_size, or None; retention.py)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[GroupSpec], max_model_len: int,
                  max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
-                 prefix_caching: bool = False) -> None:
+                 prefix_caching: bool = False, retention_interval: int | None = DEFAULT_RETENTION) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks} and {block_size}")
         if not groups or not all(isinstance(g, GroupSpec) for g in groups):
@@ -109,6 +109,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self._ref: dict[int, int] = {}       # prefix caching: held block -> holders
         self._chained: tuple[object, list[int]] = ((), [])        # last content ids -> chained hashes
         self._spec_groups_cached = self._spec_groups()
+        self._sparse = self._sparse_groups(retention_interval, prefix_caching)
         self._clock = self._ticking = self._joins = 0      # lazy decode ticks (HybridTicks)
         self._due, self._pending = {}, None    # tick -> [(join key, sequence)]; a tick left half done
 
@@ -185,7 +186,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final)
         if hits is not None:
             seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
-            self._adopt_hits(seq, hit, hits)
+            self._adopt_hits(seq, hit, hits, num_tokens)
         for g, rules in enumerate(self.rules):
             table = seq.tables[g]
             more = rules.entries_for(hold) - len(table)

@@ -2,12 +2,14 @@
 over its single-type managers), a mixin of `HybridAllocator` (kvsim/alloc/hybrid/allocator.py).
 
 Every full block a sequence holds is cached in its group under (chained hash, group): vLLM keys its
-cache by `BlockHashWithGroupId`, and with one block size for all groups and no retention interval it
-caches every full block (`reachable_block_mask` is None). A hit is the longest prefix every group can
-serve (`find_hits`): groups of equal spec are looked up together, full attention first, and each kind
-(`rules.find_hit`) shortens the candidate until all agree (one pass for one full + one other group);
-a sliding window needs only its last cdiv(window - 1, block_size) blocks, a chunked group only the
-current chunk's. Hashes: the trace's chained content ids for shareable prompt blocks, then blocks keyed
+cache by `BlockHashWithGroupId`. Full-attention and chunked groups cache every full block; sliding groups
+only the blocks a later hit can end on, under the prefix cache retention interval (vLLM 0.33's default 0:
+the replay boundary and shared-prefix junctions; kvsim/alloc/hybrid/retention.py). A hit is the longest
+prefix every group can serve (`find_hits`): groups of equal spec are looked up together, full attention
+first, and each kind (`rules.find_hit`) shortens the candidate until all agree (one pass for one full +
+one other group); a sliding window needs only its last cdiv(window - 1, block_size) blocks, a chunked
+group only the current chunk's. Where a group served more than the agreed hit, that longer hit is the
+sequence's junction (vLLM's `shared_prefix_boundary`), whose sliding blocks it then caches. Hashes: the trace's chained content ids for shareable prompt blocks, then blocks keyed
 by the sequence id (kvsim/alloc/paged/prefix.py `unique_hashes`), as the paged allocator does.
 Freed cached blocks stay cached at the end of the free queue (evicted least recently freed first);
 uncached ones go to its front (vLLM 0.33's `BlockPool.free_blocks`). Mamba groups are refused with
@@ -20,10 +22,18 @@ from typing import Sequence
 
 from kvsim.alloc.paged.prefix import chain_hashes, unique_hashes
 from kvsim.alloc.hybrid.groups import NULL_BLOCK
+from kvsim.alloc.hybrid.retention import check_retention, reachable_mask
 
 
 class HybridPrefix:
     """`cached_tokens` and the hit / registration helpers of `HybridAllocator` (`_cache` not None)."""
+
+    def _sparse_groups(self, interval: int | None, caching: bool) -> list[int]:
+        """Check `interval` as vLLM does (ValueError) and keep it; the sliding groups it thins when caching."""
+        check_retention(interval, self.block_size, [g.kind for g in self.groups])
+        self.retention_interval, self._prompts = interval, {}     # (_prompts: sequence id -> first tokens)
+        sparse = caching and interval is not None
+        return [g for g, spec in enumerate(self.groups) if sparse and spec.kind == "sliding"]
 
     def _spec_groups(self) -> list[list[int]]:
         """Group indices by equal spec, full attention first (vLLM's `verify_and_split_kv_cache_groups`)."""
@@ -42,6 +52,7 @@ class HybridPrefix:
         return hashes
 
     _hits_memo: tuple | None = None     # (num_tokens, block_hashes, seq_id, cache version, answer)
+    _junction = 0                       # the last `find_hits`'s junction (0: none)
 
     def find_hits(self, num_tokens: int, block_hashes: Sequence[int] = (),
                   seq_id: int | None = None) -> tuple[int, list[list[int]]]:
@@ -52,15 +63,18 @@ class HybridPrefix:
         version, memo = getattr(self._cache, "version", None), self._hits_memo
         if (version is not None and memo is not None and memo[3] == version and memo[0] == num_tokens
                 and memo[2] == seq_id and memo[1] is block_hashes):
+            self._junction = memo[5]
             return memo[4]
-        answer = self._find_hits(num_tokens, block_hashes, seq_id)
+        hit, tables, longest = self._find_hits(num_tokens, block_hashes, seq_id)
+        answer, self._junction = (hit, tables), longest if longest > hit else 0
         if version is not None:
-            self._hits_memo = (num_tokens, block_hashes, seq_id, version, answer)
+            self._hits_memo = (num_tokens, block_hashes, seq_id, version, answer, self._junction)
         return answer
 
     def _find_hits(self, num_tokens: int, block_hashes: Sequence[int] = (),
-                   seq_id: int | None = None) -> tuple[int, list]:
-        """`find_hits`, worked out."""
+                   seq_id: int | None = None) -> tuple[int, list, int]:
+        """`find_hits`, worked out, with the longest hit any group served on the way (vLLM's
+        `longest_hit_length`: the agreed hit plus `num_uncached_common_prefix_tokens`)."""
         bs, cache = self.block_size, self._cache
         hashes = self._hashes(block_hashes, seq_id, (num_tokens - 1) // bs)
 
@@ -78,7 +92,7 @@ class HybridPrefix:
             return lookup
         spec_groups = self._spec_groups_cached
         simple = len(spec_groups) == 2 and self.groups[spec_groups[0][0]].kind == "full"
-        hit, results = num_tokens - 1, {}
+        hit, results, longest = num_tokens - 1, {}, 0
         while True:
             curr = hit
             for idx, members in enumerate(spec_groups):
@@ -88,6 +102,7 @@ class HybridPrefix:
                     continue
                 results[idx] = rules.find_hit(lookup_in(members), curr)
                 curr = results[idx][1]
+                longest = max(longest, curr)
             if curr >= hit or simple:
                 break
             hit = curr
@@ -98,7 +113,7 @@ class HybridPrefix:
                 found = found[:-(-curr // bs)]
             for m, g in enumerate(members):
                 tables[g] = [NULL_BLOCK if x == NULL_BLOCK else x[m] for x in found]
-        return curr, tables
+        return curr, tables, longest
 
     def cached_tokens(self, num_tokens: int, block_hashes: Sequence[int] = (), seq_id: int | None = None) -> int:
         """Leading tokens of a new sequence of `num_tokens` the prefix cache serves now (0 without one)."""
@@ -117,9 +132,12 @@ class HybridPrefix:
                 total += sum(1 for b in found[skipped:] if b != NULL_BLOCK and evictable(b))
         return total
 
-    def _adopt_hits(self, seq, hit: int, tables: list[list[int]]) -> None:
-        """Give new `seq` its hit blocks (vLLM's `add_local_computed_blocks`): the skipped head null,
-        each hit block one more holder (an evictable one leaves the free queue)."""
+    def _adopt_hits(self, seq, hit: int, tables: list[list[int]], num_tokens: int) -> None:
+        """Give new `seq` of `num_tokens` its hit blocks (vLLM's `add_local_computed_blocks`): the skipped
+        head null, each hit block one more holder (an evictable one leaves the free queue); keep its
+        reachable boundaries (vLLM's replay boundary: its first admission's tokens - 1; the junction)."""
+        prompt = self._prompts.setdefault(seq.salt, num_tokens)
+        seq.marks = (prompt - 1, self._junction) if self._junction else (prompt - 1,)
         cache, ref = self._cache, self._ref
         for g, (rules, found) in enumerate(zip(self.rules, tables)):
             skipped = rules.skipped_entries(hit)
@@ -150,8 +168,10 @@ class HybridPrefix:
             hashes = seq.hashes = hashes + unique_hashes(seq.salt, len(hashes), full)
         register = self._cache.register
         for g, table in enumerate(seq.tables):
+            mask = None if g not in self._sparse else reachable_mask(
+                seq.cached[g], full, self.block_size, self.groups[g].window, self.retention_interval, seq.marks)
             for k in range(seq.cached[g], full):
-                if table[k] != NULL_BLOCK:
+                if table[k] != NULL_BLOCK and (mask is None or mask[k - seq.cached[g]]):
                     register((hashes[k], g), table[k])
             seq.cached[g] = full
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvsim.engine.build import build_run, jenga_allocator
-from kvsim.engine.config import kv_cache_plan, kv_capacity
-from kvsim.specs.kv_groups import MAX_CONCURRENT_BATCHES, blocks_per_request
+from kvsim.engine.config import concurrent_batches, kv_cache_plan, kv_capacity
+from kvsim.specs.kv_groups import blocks_per_request
 from kvsim.planning.runs import make_config, simulate
 from kvsim.trace.synthetic import generate
 
@@ -87,7 +87,7 @@ def startup_row(flags: dict) -> dict:
     if cfg.cache.allocator == "jenga":
         alloc = jenga_allocator(cfg)
         pool = alloc.layout.num_large * alloc.layout.large_page_bytes
-        in_flight = MAX_CONCURRENT_BATCHES * cfg.scheduler.max_batched_tokens
+        in_flight = concurrent_batches(cfg) * cfg.scheduler.max_batched_tokens
         need = sum(g.page_bytes * blocks_per_request(g.kind, g.window, g.chunk, cfg.cache.block_size, max_len,
                                                      in_flight, cfg.cache.prefix_caching) for g in alloc.groups)
         conc = pool / need
