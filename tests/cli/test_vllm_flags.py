@@ -16,7 +16,7 @@ NATIVE = ["--gpu-mem-util", "0.8", "--max-batched-tokens", "4096", "--prefix-cac
           "--tp", "2", "--swap-gib", "2", "--num-blocks", "500"]
 VLLM = ["--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "4096", "--enable-prefix-caching",
         "--enable-chunked-prefill", "--tensor-parallel-size", "2", "--swap-space", "2",
-        "--num-gpu-blocks-override", "500"]
+        "--num-gpu-blocks-override", "501"]     # (vLLM counts its null block: 501 = 500 usable)
 
 
 def run(tmp_path, name, *args):

@@ -80,7 +80,8 @@ def replay(s: dict) -> list[dict]:
     """The driver's ops on kvsim's allocator, recorded the same way (invariants checked after each)."""
     chunk, bs = s["max_in_flight_tokens"], s["block_size"]
     a = HybridAllocator(s["num_blocks"], bs, [GroupSpec(**g) for g in s["groups"]], s["max_model_len"],
-                        chunk, prefill_chunk_tokens=chunk, prefix_caching=s.get("caching", False))
+                        chunk, prefill_chunk_tokens=chunk, prefix_caching=s.get("caching", False),
+                        retention_interval=None)   # (the driver's hand-built KVCacheConfig: its field's None, dense)
     live, out, ids, content, total = [], [], {}, {}, {}
     for kind, rid, *args in s["ops"]:
         hit = 0

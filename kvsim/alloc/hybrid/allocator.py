@@ -6,11 +6,10 @@ Units: `num_blocks` blocks of `block_size` token slots shared by every group (vL
 for all groups); lengths in tokens. A token takes one slot in each attention group's blocks, so
 `capacity_tokens` (blocks x block_size) counts slots, not tokens of context.
 
-Each step, as vLLM's `KVCacheManager.allocate_slots` does for a sequence that has `C` tokens computed
-and grows by `n`: first every group nulls and frees its leading entries no later token reads
-(`skipped_entries(C)`; the freed blocks of a group go back newest first), then each group takes blocks
-until its table has `entries_for(C + n)` entries (null ones count). A table is append-only; its skipped
-head holds `NULL_BLOCK` entries (vLLM's null block) that hold no pool block.
+Each step, as vLLM's `KVCacheManager.allocate_slots` does for a sequence with `C` tokens computed growing
+by `n`: every group nulls and frees its leading entries no later token reads (`skipped_entries(C)`; freed
+newest first), then takes blocks until its table has `entries_for(C + n)` entries (nulls count). A table
+is append-only; its skipped head holds `NULL_BLOCK` entries (vLLM's null block), no pool block.
 
 The free queue is vLLM 0.33's (`BlockPool.free_blocks`: uncached blocks prepended, last in first out;
 cached ones appended): released uncached blocks `_free`, the never used ids `_top`.., then the evictable
@@ -56,7 +55,7 @@ class _Seq:
     at: int = -1              # ticking (kvsim/alloc/hybrid/ticks.py): the tick `tokens` is as of; -1: not
     due: int = -1             # ticking: the tick of its next event
     key: int = 0              # ticking: its place in the order sequences started ticking
-    marks: tuple = ()         # prefix caching: its reachable token boundaries (kvsim/alloc/hybrid/retention.py)
+    marks: tuple = ()         # prefix caching: its reachable token boundaries (retention.py)
 
 
 class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows):

@@ -63,7 +63,9 @@ class PageCache:
 class JengaPrefix:
     """`cached_tokens`, the gate with evictable pages, registration, release and eviction."""
 
-    find_hits = HybridPrefix._find_hits      # (worked out at each call: no answer kept)
+    def find_hits(self, num_tokens: int, block_hashes=(), seq_id: int | None = None):
+        """`HybridPrefix._find_hits` worked out at each call (no answer kept): (hit tokens, tables)."""
+        return HybridPrefix._find_hits(self, num_tokens, block_hashes, seq_id)[:2]
     _hashes = HybridPrefix._hashes
     _spec_groups = HybridPrefix._spec_groups
 

@@ -186,7 +186,8 @@ def test_prefix_hit_across_a_full_and_a_sliding_group_by_hand():
     blocks + 2 tokens: full attention hits all 4 (at most (10 - 1) // 2 blocks); the window of token 8
     needs cdiv(4 - 1, 2) = 2 blocks, the last two: [-, -, 6, 7]. 8 tokens served; new blocks 8 and 9;
     blocks 4 and 5 stay free and cached."""
-    a = HybridAllocator(10, 2, [FULL, GroupSpec("sliding", window=4)], 64, 8, 8, prefix_caching=True)
+    a = HybridAllocator(10, 2, [FULL, GroupSpec("sliding", window=4)], 64, 8, 8, prefix_caching=True,
+                        retention_interval=None)     # dense: every full sliding block cached
     content = [11, 12, 13, 14]
     assert a.allocate(0, 8, 8, content) == 0
     assert a.group_block_tables(0) == [[0, 1, 2, 3], [4, 5, 6, 7]]

@@ -244,7 +244,7 @@ def test_at_one_page_size_the_hits_are_the_hybrid_managers():
     trace = Trace.from_arrays([0.0] * n, prompts, [rng.randint(1, 6) for _ in range(n)],
                               block_hashes=hashes, hash_block_size=2)
     specs = [GroupSpec("full"), GroupSpec("sliding", window=4)]
-    hybrid = HybridAllocator(400, 2, specs, 64, 8, 8, prefix_caching=True)
+    hybrid = HybridAllocator(400, 2, specs, 64, 8, 8, prefix_caching=True, retention_interval=None)  # (dense, as Jenga)
     sched_h = _run(trace, hybrid)
     jenga = JengaAllocator(400 * 6, 2, [JengaGroup("full", page_bytes=6), JengaGroup("sliding", 4, 0, 6)],
                            64, 8, 8, prefix_caching=True)
