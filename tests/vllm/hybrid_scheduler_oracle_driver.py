@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import tempfile
+from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vllm_startup import group_order, startup  # noqa: E402  (sets vLLM's quiet logging first)
@@ -72,9 +73,8 @@ def run(case: dict) -> list[dict]:
         reqs.append(r)
         sch.add_request(r)
     out, done = [], set()
-    while sch.has_unfinished_requests():
-        preempted.clear()
-        so = sch.schedule()
+
+    def record_schedule(so) -> dict:
         held = [0] * len(groups)
         for r in reqs:
             for g, blocks in enumerate(mgr.coordinator.get_blocks(r.request_id)):
@@ -82,17 +82,36 @@ def run(case: dict) -> list[dict]:
         by_case = [0] * len(groups)
         for g, n in zip(order, held):
             by_case[g] = n
-        record = {"used": case["num_blocks"] - pool.get_num_free_blocks(), "groups": by_case,
-                  "preempted": list(preempted), "tokens": so.total_num_scheduled_tokens}
+        return {"used": case["num_blocks"] - pool.get_num_free_blocks(), "groups": by_case,
+                "preempted": list(preempted), "tokens": so.total_num_scheduled_tokens, "finished": []}
+
+    def settle(so, sampling: list[str], record: dict) -> None:
+        """The model's output for batch `so` (a token for each request that sampled in it)."""
         ids = list(so.num_scheduled_tokens)
-        toks = [[100_000 + int(rid) * 1000 + reqs[int(rid)].num_output_tokens]
-                if reqs[int(rid)].num_computed_tokens >= reqs[int(rid)].num_tokens else [] for rid in ids]
+        toks = [[100_000 + int(rid) * 1000 + reqs[int(rid)].num_output_tokens] if rid in sampling else []
+                for rid in ids]
         sch.update_from_output(so, ModelRunnerOutput(req_ids=ids, req_id_to_index={k: i for i, k in enumerate(ids)},
                                                      sampled_token_ids=toks))
         record["finished"] = [int(rid) for rid in ids if reqs[int(rid)].is_finished() and rid not in done]
         done.update(str(i) for i in record["finished"])
-        out.append(record)
-        assert len(out) < 100_000
+
+    batches = vc.max_concurrent_batches      # 1; 2 with async scheduling (EngineCore's batch queue)
+    queue = deque()
+    while sch.has_unfinished_requests() or queue:
+        if sch.has_unfinished_requests():    # EngineCore.step_with_batch_queue: fill the queue first
+            preempted.clear()
+            so = sch.schedule()
+            # a request samples in this batch unless it is a prefill chunk short of its prompt
+            sampling = [rid for rid in so.num_scheduled_tokens
+                        if reqs[int(rid)].num_computed_tokens >= reqs[int(rid)].num_tokens]
+            record = record_schedule(so)
+            out.append(record)
+            queue.appendleft((so, sampling, record))
+            assert len(out) < 100_000
+            if len(queue) < batches and (so.total_num_scheduled_tokens > 0 or sch.has_unfinished_requests()):
+                continue
+        so, sampling, record = queue.pop()
+        settle(so, sampling, record)
     if caching:
         out.append({"hits": [hits.get(str(i), 0) for i in range(len(reqs))]})
     return out
