@@ -94,8 +94,9 @@ class MemoryTable(Snapshots):
 
 
 #: Per-group parts an allocator with KV cache groups can add to its snapshot (`with_groups`), as fields
-#: `group<j>_<part>`: blocks held and token slots written / reserved / internally fragmented.
-GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")
+#: `group<j>_<part>`: blocks held, token slots written / reserved / internally fragmented, and the blocks
+#: the group's sliding window or attention chunk has freed since the start (cumulative; `freed`).
+GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation", "freed")
 _GROUPED: dict[int, type] = {}
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from kvsim.engine.quantiles import percentiles
 from kvsim.engine.batching.request_state import FINISHED, REJECTED
+from kvsim.engine.group_log import GROUP_PARTS, GROUP_PREFIX, group_breakdown as _group_breakdown
 from kvsim.engine.step import LIMITS
 
 #: `limited_by`: what held waiting requests back after the step (0 none or nothing waiting,
@@ -25,10 +26,6 @@ STEP_COLUMNS = ("step", "time_s", "duration_s", "running", "waiting", "prefill_t
                 "used_blocks", "free_blocks", "token_states", "reserved", "internal_fragmentation",
                 "external_fragmentation", "free", "unshared_blocks", "limited_by", "compute_bound")
 CATEGORIES = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
-#: Memory snapshot fields `group<j>_<part>` (an allocator with KV cache groups: its blocks and token
-#: slots per group) are time-averaged into the summary's `kv.groups`; parts as `GROUP_PARTS`.
-GROUP_PREFIX = "group"
-GROUP_PARTS = ("blocks", "token_states", "reserved", "internal_fragmentation")
 # a buffered row: these columns, then the fields of the step's memory snapshot (a named tuple)
 _ROW = ("time_s", "duration_s", "running", "waiting", "prefill_tokens", "decode_tokens", "limited_by",
         "compute_bound")
@@ -90,6 +87,7 @@ class StepLog:
         self.max_allocated = 0            # token_states + reserved + internal_fragmentation, slots
         self.limit_s = [0.0] * len(LIMITS)  # step time while requests waited, by what held them back
         self.compute_bound_s = 0.0        # step time with compute-bound kernels
+        self.last: dict[str, int] = {}    # per-group snapshot fields: their value after the last step
 
     def record(self, plan) -> None:
         """Log the steps of `plan` (a `kvsim.engine.step.StepPlan`: one row per entry of `plan.starts`)."""
@@ -190,9 +188,11 @@ class StepLog:
         for name in _WEIGHTED:
             self.weighted[name] += float((chunk[name] * w).sum())
         for name in self._memory_fields:          # per-group parts of a hybrid allocator's snapshot
-            if name.startswith(GROUP_PREFIX):
+            if name.startswith(GROUP_PREFIX):     # (steps.csv gets them as columns too)
                 at = len(_ROW) + self._memory_fields.index(name)
                 self.weighted[name] = self.weighted.get(name, 0.0) + float((table[:, at] * w).sum())
+                chunk[name] = table[:, at].astype(np.int64)
+                self.last[name] = int(chunk[name][-1])
         for code in range(1, len(LIMITS)):
             self.limit_s[code] += float(w[chunk["limited_by"] == code].sum())
         self.compute_bound_s += float(w[chunk["compute_bound"] == 1].sum())
@@ -212,12 +212,14 @@ class StepLog:
         self._fold()
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Every kept row as numpy columns (`STEP_COLUMNS`)."""
+        """Every kept row as numpy columns (`STEP_COLUMNS`, then an allocator's per-group fields
+        `group<j>_<part>`, `kvsim.alloc.base.GROUP_PARTS`, when its snapshots carry them)."""
         if not self.keep:
             raise ValueError("this step log kept no rows (keep=False)")
         self.close()
+        names = STEP_COLUMNS + tuple(n for n in self._memory_fields if n.startswith(GROUP_PREFIX))
         return {c: np.concatenate([k[c] for k in self._kept]) if self._kept else
-                np.zeros(0, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS}
+                np.zeros(0, np.float64 if c in _FLOAT else np.int64) for c in names}
 
     def time_average(self, name: str) -> float:
         """Duration-weighted mean of column `name` over the run."""
@@ -280,21 +282,3 @@ def summarize(requests: dict[str, np.ndarray], steps: StepLog, sched, capacity_t
         "sim_wall_s": sim_wall_s,
         "engine_steps": num_steps,
     }
-
-
-def _group_breakdown(steps: StepLog, groups, capacity_tokens: int) -> list[dict]:
-    """Per KV cache group (hybrid allocators): its kind (and window or chunk), mean blocks held, and the
-    time-averaged token_states / reserved / internal_fragmentation as fractions of the whole pool (the
-    pool's free and external fragmentation belong to no group); [] without group fields."""
-    out = []
-    for j, g in enumerate(groups):
-        names = [f"{GROUP_PREFIX}{j}_{part}" for part in GROUP_PARTS]
-        if names[0] not in steps.weighted:
-            return []
-        blocks, *parts = (steps.time_average(n) for n in names)
-        row = {"kind": getattr(g, "kind", str(g))}
-        row.update({k: v for k in ("window", "chunk") if (v := getattr(g, k, 0))})
-        row.update(mean_blocks=blocks, mean_fraction={c: x / capacity_tokens for c, x in
-                                                      zip(GROUP_PARTS[1:], parts)})
-        out.append(row)
-    return out

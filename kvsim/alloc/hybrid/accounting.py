@@ -86,11 +86,14 @@ class HybridAccounting(GroupedSequences):
                                used, free, sum(held_all), cached)
         specs = self._spec_members or self._specs()
         extra: list[int] = []
+        freed = self._freed
         for gs in specs:                # (the engine asks once per step: kept flat)
             if len(gs) == 1:
                 extra.extend(groups[gs[0]])
+                extra.append(freed[gs[0]])
             else:
                 extra.extend(sum(groups[g][i] for g in gs) for i in range(4))
+                extra.append(sum(freed[g] for g in gs))
         return grouped_record(len(specs))(self.capacity_tokens, tokens, reserved, internal, 0, free * bs,
                                           used, free, sum(held_all), cached, *extra)
 

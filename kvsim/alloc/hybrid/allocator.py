@@ -91,8 +91,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
         self._dropping = [(g, r) for g, r in enumerate(self.rules) if self.groups[g].kind in ("sliding", "chunked")]
         self._taking = [(g, r) for g, r in enumerate(self.rules) if not r.state_block]   # (hot-loop subsets)
-        # the decode fast path's views of them: groups that take entries (each at entries x block_size,
-        # `FullRules.next_take`) and the groups' bound `next_drop`
+        # the decode fast path's views: groups taking entries (`FullRules.next_take`), bound `next_drop`s
         self._take_ids = [g for g, _ in self._taking]
         self._drop_next = [(g, r.next_drop) for g, r in self._dropping]
         self._top = 0                        # blocks [0, _top) have been used; the rest never were
@@ -101,7 +100,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self._sum_tokens = 0                 # tokens written, over sequences
         ng = len(self.groups)
         self._held = [0] * ng                # per group: pool blocks held
-        self._nulls = [0] * ng               # per group: NULL_BLOCK entries
+        self._nulls, self._freed = [0] * ng, [0] * ng   # per group: NULL_BLOCK entries; blocks windows freed
         self._reach = [0] * ng               # per group: sum of min(final, entries x block_size)
         self._dup = [0] * ng                 # per group: sum over held blocks of (holders - 1)
         self._cache = PrefixCache() if prefix_caching else None   # keys: (hash, group)
@@ -147,6 +146,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
                     self._release(g, dropped[::-1])
                 self._held[g] -= len(dropped)
                 self._nulls[g] += len(dropped)
+                self._freed[g] += len(dropped)
                 seq.nulls[g] = skip
         # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
 

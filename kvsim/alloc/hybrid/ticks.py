@@ -155,6 +155,7 @@ class HybridTicks(JoinsEach):
                     self._release(g, dropped[::-1])
                 self._held[g] -= len(dropped)
                 self._nulls[g] += len(dropped)
+                self._freed[g] += len(dropped)
                 nulls[g] = skip
         take_ids = self._take_ids
         takers = [g for g in take_ids if len(tables[g]) * bs <= c]

@@ -75,7 +75,7 @@ class JengaAccounting(GroupedSequences):
         num_cached = 0 if self._cache is None else sum(self._cache.evictable)
         stats = MemoryStats(self.capacity_tokens, tokens, reserved, internal, external,
                             free * self.layout.slots_per_large + cached, used, free, used, num_cached)
-        return with_groups(stats, [g[:4] for g in groups]) if self.record_groups else stats
+        return with_groups(stats, [(*g[:4], f) for g, f in zip(groups, self._freed)]) if self.record_groups else stats
 
     def large_page_waste(self) -> float:
         """The share of the pool's usable bytes lost to Jenga's two-level fragmentation now: free small

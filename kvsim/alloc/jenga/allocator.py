@@ -75,7 +75,7 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
         self._sum_tokens = 0
         ng = len(self.groups)
         self._held = [0] * ng                # per group: small pages held
-        self._nulls = [0] * ng               # per group: NULL_BLOCK entries
+        self._nulls, self._freed = [0] * ng, [0] * ng   # per group: NULL_BLOCK entries; pages windows freed
         self._reach = [0] * ng               # per group: sum of min(final, entries x block_size)
         self._dup = [0] * ng                 # per group: sum over held pages of (holders - 1)
         self._cache = PageCache(ng) if prefix_caching else None
@@ -109,6 +109,7 @@ class JengaAllocator(JengaAccounting, JengaPrefix):
                     self._release_cached(g, dropped, z, seq.homes[g], t)
                 self._held[g] -= len(dropped)
                 self._nulls[g] += len(dropped)
+                self._freed[g] += len(dropped)
                 seq.nulls[g] = skip
 
     def _need(self, seq: _Seq, num_tokens: int) -> list[int]:

@@ -69,6 +69,10 @@ def systems_section(report: Report, trace: Trace, flags: dict, systems: dict[str
     report.figure("timeline", figures.timeline(
         {n: r.steps for n, r in results.items()},
         {n: s["kv"]["capacity_tokens"] for n, s in summaries.items()}))
+    groups = figures.group_timeline({n: r.steps for n, r in results.items()},
+                                    {n: s["kv"].get("groups", ()) for n, s in summaries.items()})
+    if groups is not None:       # hybrid / Jenga runs: which group holds the memory, what windows free
+        report.figure("kv_groups", groups)
     report.figure("batch", figures.bars({n: s["mean_batch_size"] for n, s in summaries.items()},
                                         "mean batch (requests)", "Mean batched requests per system"))
     preemptions_figure(report, {n: s["preemptions"] for n, s in summaries.items()})

@@ -107,6 +107,32 @@ def timeline(steps: Mapping[str, pd.DataFrame], capacity_tokens: Mapping[str, in
     return fig
 
 
+def group_timeline(steps: Mapping[str, pd.DataFrame], groups: Mapping[str, Sequence[Mapping]],
+                   title: str = "") -> Figure | None:
+    """Per KV cache group against simulated time (s): blocks held (top) and blocks its sliding window or
+    chunk has freed so far (bottom), one line per system and group; from steps.csv's `group<j>_blocks`
+    and `group<j>_freed` columns, labelled by the summary's `kv.groups`. None when no system has them."""
+    fig, (top, bottom) = _figure(rows=2, height=2.6)
+    drawn = False
+    for name, df in steps.items():
+        for j, g in enumerate(groups.get(name) or ()):
+            if df.empty or f"group{j}_blocks" not in df:
+                continue
+            d, drawn = _thin(df), True
+            label = f"{name}: {g['kind']} {g.get('window') or g.get('chunk') or ''}".rstrip()
+            top.plot(d.time_s, d[f"group{j}_blocks"], label=label, lw=0.9)
+            bottom.plot(d.time_s, d[f"group{j}_freed"], label=label, lw=0.9)
+    if not drawn:
+        return None
+    top.set_ylabel("blocks held")
+    top.set_ylim(bottom=0)
+    bottom.set_ylabel("blocks freed by window")
+    bottom.set_xlabel("simulated time (s)")
+    top.legend(fontsize=7)
+    top.set_title(title or "KV cache groups over time", fontsize=10)
+    return fig
+
+
 def _note(ax, text: str) -> None:
     """Words in place of a chart with nothing to show."""
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, color="#555", transform=ax.transAxes)
