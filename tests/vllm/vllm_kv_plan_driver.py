@@ -31,7 +31,7 @@ from vllm.model_executor.layers.mamba import abstract  # noqa: E402
 from vllm.platforms.interface import Platform  # noqa: E402
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend  # noqa: E402
 from vllm.v1.core import kv_cache_planning as planning  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity  # noqa: E402
+from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_capacity  # noqa: E402
 from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec,  # noqa: E402
                                         MambaSpec, MLAAttentionSpec, SlidingWindowSpec)
 from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
@@ -66,7 +66,7 @@ def vllm_config(case):
         mamba_cache_mode="align" if case.get("prefix_caching") else "none",
         enable_prefix_caching=bool(case.get("prefix_caching")),
         mamba_block_size=case["block_size"] if case.get("prefix_caching") else case["max_model_len"], mamba_page_size_padded=None, kv_cache_dtype_skip_layers=None,
-        user_specified_block_size=True, num_gpu_blocks_override=None, prefix_cache_retention_interval=None,
+        user_specified_block_size=True, num_gpu_blocks_override=None, prefix_cache_retention_interval=0,  # (vLLM's default)
         skip_page_size_padded=None, use_replayssm=False, get_resolved_kv_cache_layout=lambda: KVCacheLayout[case.get("layout", "LBNHC")])
     return SimpleNamespace(
         model_config=model, cache_config=cache,
@@ -157,7 +157,9 @@ def run(case):
         Platform._align_hybrid_block_size(config, TritonAttentionBackend)
     specs = layer_specs(case, config)
     groups = planning.get_kv_cache_groups(config, dict(specs))
-    kv_config = planning.get_kv_cache_configs(config, [specs], [case["kv_bytes_per_gpu"]], groups)[0]
+    # the scheduler's view, as EngineCore._initialize_kv_caches hands it on
+    kv_config = generate_scheduler_kv_cache_config(
+        planning.get_kv_cache_configs(config, [specs], [case["kv_bytes_per_gpu"]], groups))
     tokens, concurrency = get_kv_cache_capacity(config, kv_config)
     return {"block_size": config.cache_config.block_size, "num_blocks": kv_config.num_blocks,
             "num_groups": len(groups), "max_concurrency": concurrency, "capacity_tokens": tokens}
