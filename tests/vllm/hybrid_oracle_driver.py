@@ -65,7 +65,12 @@ def run(scenario: dict) -> list[dict]:
     bs, max_len = scenario["block_size"], scenario["max_model_len"]
     groups = [KVCacheGroupSpec([f"layers.{g}"], spec_of(group, bs, max_len))
               for g, group in enumerate(scenario["groups"])]
-    cfg = KVCacheConfig(num_blocks=scenario["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=groups)
+    # (the scheduler-level driver takes this config from vLLM's start-up functions, tests/vllm_startup.py;
+    # here it is made directly, its retention interval as a scenario's "retention" says, else the field's
+    # None: dense, as start-up makes it from `--prefix-cache-retention-interval none`)
+    retention = scenario.get("retention")
+    cfg = KVCacheConfig(num_blocks=scenario["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=groups,
+                        prefix_cache_retention_interval=None if retention == "none" else retention)
     lcm = math.lcm(*(g.kv_cache_spec.block_size for g in groups))   # vLLM's scheduler block size
     mgr = KVCacheManager(cfg, max_model_len=max_len, scheduler_block_size=lcm, hash_block_size=bs,
                          max_in_flight_tokens=scenario["max_in_flight_tokens"],
@@ -88,7 +93,8 @@ def run(scenario: dict) -> list[dict]:
             else:
                 req = parked.pop(rid)
                 req.num_computed_tokens, req.status = 0, RequestStatus.PREEMPTED
-            blocks, hit, _ = mgr.get_computed_blocks(req)
+            # the junction, as the Scheduler keeps it on the request (`shared_prefix_boundary`)
+            blocks, hit, req.shared_prefix_boundary = mgr.get_computed_blocks(req)
             new = min(req.num_tokens - hit, scenario["max_in_flight_tokens"])
             ok = mgr.allocate_slots(req, new, hit, blocks, full_sequence_must_fit=True) is not None
             if ok:

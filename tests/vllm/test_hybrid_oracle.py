@@ -4,6 +4,9 @@ tokens and frees over full + sliding window, full + chunked local, full + Mamba 
 groups sharing one pool. After every op both must agree on the outcome, the free blocks and every live
 request's block table per group, block ids included (vLLM's minus one: its block 0 is the null block).
 
+Prefix caching at the retention interval a scenario names (absent: none, dense; else vLLM's default 0 and
+8 tokens, kvsim/alloc/hybrid/retention.py), block ids included.
+
 Golden: vLLM's records are stored in tests/data/hybrid_oracle/vllm_0.33.json.gz (made by the driver:
 `python tests/vllm/test_hybrid_oracle.py` regenerates it);
 Live: where the oracle venv exists ($ORACLE_VENV, default ~/.cache/vllm-oracle-venv) vLLM is rerun and
@@ -64,7 +67,10 @@ def scenarios() -> list[dict]:
         [_scenario([FULL, SWA4], 25, long), _scenario([FULL, CHUNK4], 25, long), _scenario([FULL, SWA4], 6, short)] + \
         [{**_scenario(g, n, cached), "caching": True}
          for g, n in (([FULL, SWA4], 60), ([FULL, SWA4], 24), ([FULL, CHUNK4], 60), ([FULL, CHUNK4], 24),
-                      ([SWA4, FULL, SWA4], 60), ([SWA4, SWA6], 40), ([FULL, SWA6, CHUNK4], 40), ([FULL, SWA4, SWA6], 30))]
+                      ([SWA4, FULL, SWA4], 60), ([SWA4, SWA6], 40), ([FULL, SWA6, CHUNK4], 40), ([FULL, SWA4, SWA6], 30))] + \
+        [{**_scenario(g, n, cached), "caching": True, "retention": r}     # vLLM's default 0, and an interval
+         for g, n in (([FULL, SWA4], 60), ([FULL, SWA4], 24), ([SWA4, FULL, SWA4], 60), ([SWA4, SWA6], 40),
+                      ([FULL, SWA6, CHUNK4], 40), ([FULL, SWA4, SWA6], 30)) for r in (0, 8)]
 
 
 def _content_ids(tokens: list[int], block_size: int, ids: dict) -> list[int]:
@@ -81,7 +87,7 @@ def replay(s: dict) -> list[dict]:
     chunk, bs = s["max_in_flight_tokens"], s["block_size"]
     a = HybridAllocator(s["num_blocks"], bs, [GroupSpec(**g) for g in s["groups"]], s["max_model_len"],
                         chunk, prefill_chunk_tokens=chunk, prefix_caching=s.get("caching", False),
-                        retention_interval=None)   # (the driver's hand-built KVCacheConfig: its field's None, dense)
+                        retention_interval=None if s.get("retention", "none") == "none" else s["retention"])
     live, out, ids, content, total = [], [], {}, {}, {}
     for kind, rid, *args in s["ops"]:
         hit = 0
@@ -134,6 +140,11 @@ def test_kvsim_equals_vllm_op_by_op():
     # the golden data exercises what it should: refusals at the gate, failed grows, window frees
     oks = [r["ok"] for case in golden for r in case]
     assert oks.count(False) >= 5 and oks.count(True) > 100
+    # and retention matters: full + sliding 4 at 60 blocks, vLLM serves 98 hit tokens dense, 60 at 0, 84 at 8
+    hits = {(json.dumps(s["groups"]), s["num_blocks"], s.get("retention", "none")): sum(r["hit"] for r in g)
+            for s, g in zip(cases, golden) if s.get("caching")}
+    key = json.dumps([FULL, SWA4]), 60
+    assert (hits[(*key, "none")], hits[(*key, 0)], hits[(*key, 8)]) == (98, 60, 84)
 
 
 def _oracle_python() -> Path | None:
