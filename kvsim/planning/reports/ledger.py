@@ -85,7 +85,8 @@ def ledger_lines(ledger: dict[str, Any]) -> list[str]:
                 f" (Not what this run uses: {_FLAG[g['kv_cache_source']]} sets the KV cache, below.)")]
     if g["kv_cache_tokens"] is None:
         return lines + [f"KV cache: {g.get('kv_error', 'none')}"]
-    given = {"kv_gib": " (set by --kv-gib)", "num_gpu_blocks_override": " (set by --num-blocks / --num-gpu-blocks-override)"}
+    given = {"kv_gib": " (set by --kv-gib)",
+             "num_gpu_blocks_override": " (set by --num-blocks usable, or --num-gpu-blocks-override N: N - 1 usable)"}
     lines.append(f"Available KV cache memory: {g['kv_cache_gib']:.2f} GiB{given.get(g['kv_cache_source'], '')}")
     lines.append(f"GPU KV cache size: {g['kv_cache_tokens']:,} tokens ({g['num_blocks']:,} blocks of "
                  f"{g['block_size']})")
