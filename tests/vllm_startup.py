@@ -78,4 +78,5 @@ def startup(case: dict):
 
 def group_order(kvc, case: dict) -> list[int]:
     """The case's group index of each of vLLM's KV cache groups, in vLLM's order (one layer each)."""
+    assert all(len(g.layer_names) == 1 for g in kvc.kv_cache_groups), "one layer per group expected"
     return [int(g.layer_names[0].split(".")[2]) for g in kvc.kv_cache_groups]

@@ -9,8 +9,8 @@ Prefix caching at the retention interval a scenario names (absent: none, dense; 
 
 Golden: vLLM's records are stored in tests/data/hybrid_oracle/vllm_0.33.json.gz (made by the driver:
 `python tests/vllm/test_hybrid_oracle.py` regenerates it);
-Live: where the oracle venv exists ($ORACLE_VENV, default ~/.cache/vllm-oracle-venv) vLLM is rerun and
-must reproduce them.
+Live (`--long`): where the oracle venv exists ($ORACLE_VENV, default ~/.cache/vllm-oracle-venv) vLLM is
+rerun and must reproduce them.
 """
 
 import gzip
