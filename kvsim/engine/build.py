@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
-from kvsim.alloc.hybrid.retention import check_retention
 from kvsim.engine.config import SimConfig, concurrent_batches, kv_cache_plan, kv_capacity
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
@@ -47,8 +46,11 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     paged = cache.allocator == "paged"
     block_size = cache.block_size if paged else 1
     plan = kv_cache_plan(cfg) if paged else None
-    if paged and (plan is None or hybrid_groups(plan) is None):   # (the hybrid allocator checks its own)
+    if paged and cache.prefix_cache_retention_interval and (plan is None or hybrid_groups(plan) is None):
+        # a positive interval on a paged cache without hybrid groups (the hybrid allocator checks its own;
+        # 0 and none are always valid, so a plain run does not load the hybrid package)
         kinds = ["full"] if plan is None or not plan.hybrid else [g.kind for g in plan.groups]
+        from kvsim.alloc.hybrid.retention import check_retention   # (the hybrid package loads only when used)
         check_retention(cache.prefix_cache_retention_interval, block_size if plan is None else plan.block_size,
                         kinds)
     if cache.allocator == "jenga":

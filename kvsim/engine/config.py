@@ -14,7 +14,6 @@ from kvsim.engine.batching.samples import SAMPLE_LENGTHS
 from kvsim.cost.calibration import Calibration
 from kvsim.cost.profiles import DEFAULT_PROFILE, EngineProfile, get_profile
 from kvsim.specs import GIB, Deployment
-from kvsim.alloc.hybrid.retention import DEFAULT_RETENTION
 from kvsim.specs.kv_groups import KVCachePlan, plan_kv_cache
 
 
@@ -84,7 +83,7 @@ class CacheConfig:
                                           # --disable-hybrid-kv-cache-manager (every layer full attention)
     cpu_kv_gib: float = 0.0         # CPU tier of the prefix cache, GiB for the whole deployment
                                     # (vLLM's --kv-offloading-size; kvsim/alloc/cpu_tier.py)
-    prefix_cache_retention_interval: int | None = DEFAULT_RETENTION   # vLLM's flag: 0, a multiple of the
+    prefix_cache_retention_interval: int | None = 0   # vLLM 0.33's flag and default: 0, a multiple of the
                                     # block size, or None (dense); sliding groups (kvsim/alloc/hybrid/retention.py)
 
     def __post_init__(self) -> None:
