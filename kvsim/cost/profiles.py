@@ -6,9 +6,11 @@ each step and picks the policy the scheduler runs. Sources and sensitivities: do
   recompute preemption for single-sequence requests, swap for multi-sequence ones (samples, beams);
   CPU time per step = VLLM_V0_CPU_STEP_S + VLLM_V0_CPU_SEQ_S x sequences; the 2023 paged kernel
   (`vllm-v0-paged`, `kvsim.cost.kernels`).
-- `vllm-v1`: vLLM's V1 engine (the default since v0.8): prefill and decode mixed under the token
-  budget, chunked prefill on; output processing off the critical path, so a step's CPU time is its
-  scheduling and input preparation only; today's paged kernels (`flash-attn`, no penalty).
+- `vllm-v1`: vLLM's V1 engine as of 0.15.1 (the default since v0.8): prefill and decode mixed under the
+  token budget, chunked prefill on; output processing off the critical path, so a step's CPU work is its
+  scheduling and input preparation only, and async scheduling overlaps it with the GPU (only a gap
+  between steps remains); today's paged kernels (`flash-attn`, no penalty) timed by
+  `kvsim.cost.v1_time` (CUDA graphs, custom all-reduce).
 - `vllm-2023:low|central|high`, `vllm-v1:low|central|high`: the CPU-time variants (`CPU_VARIANTS`); the
   plain name is central.
 - `ideal`: kernels only, the simulator's behaviour before profiles (mixed steps, the cost model's
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from kvsim.cost.kernels import get_kernel
+from kvsim.cost.v1_time import ASYNC_GAP_S, VLLM_VERSION
 
 #: CPU time per step = fixed part + per running sequence (seconds), per profile and variant: least-squares
 #: fits (`kvsim calibrate-engine`) to Vidur's measured vLLM-v0 CPU overheads on an A100, Llama-2-7B, TP 1
@@ -71,7 +74,12 @@ class EngineProfile:
     the batch's longest sequence; worker `_prepare_inputs`) or "persistent" (V1: new blocks appended to a
     persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py);
     scheduler_defaults: the batch limits a run takes without --max-num-seqs / --max-num-batched-tokens,
-    "vllm-v1" (per GPU, as `vllm serve`) or "fixed" (256 and 8192; `kvsim.engine.batching.defaults`)."""
+    "vllm-v1" (per GPU, as `vllm serve`) or "fixed" (256 and 8192; `kvsim.engine.batching.defaults`);
+    time_model: the kernel cost model, "roofline" (`kvsim.cost.roofline`, Vidur's eager-mode operator
+    constants) or "vllm-v1" (`kvsim.cost.v1_time`: CUDA graphs, custom all-reduce, async scheduling);
+    overlap_cpu_step_s, overlap_cpu_seq_s: under "vllm-v1", the CPU work per step and per sequence that
+    async scheduling overlaps with the GPU (a step takes the longer of the two); `cpu_step_s` and
+    `cpu_seq_s` are then the CPU time NOT overlapped (the gap between steps)."""
 
     name: str
     separate_prefill: bool = False
@@ -87,9 +95,12 @@ class EngineProfile:
     variant: str = ""
     block_table: str = "padded-longest"
     scheduler_defaults: str = "fixed"
+    time_model: str = "roofline"
+    overlap_cpu_step_s: float = 0.0
+    overlap_cpu_seq_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for field in ("cpu_step_s", "cpu_seq_s"):
+        for field in ("cpu_step_s", "cpu_seq_s", "overlap_cpu_step_s", "overlap_cpu_seq_s"):
             value = getattr(self, field)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"engine profile {self.name!r}: {field} must be a finite number >= 0, got {value}")
@@ -98,6 +109,8 @@ class EngineProfile:
         get_kernel(self.kernel)
         if self.block_table not in ("padded-longest", "persistent"):
             raise ValueError(f"engine profile {self.name!r}: block_table must be padded-longest or persistent")
+        if self.time_model not in ("roofline", "vllm-v1"):
+            raise ValueError(f"engine profile {self.name!r}: time_model must be roofline or vllm-v1")
         if self.scheduler_defaults not in ("vllm-v1", "fixed"):
             raise ValueError(f"engine profile {self.name!r}: scheduler_defaults must be vllm-v1 or fixed")
 
@@ -119,11 +132,12 @@ PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile("vllm-2023", separate_prefill=True, swap_multi_sequence=True,
                   cpu_step_s=VLLM_V0_CPU_STEP_S, cpu_seq_s=VLLM_V0_CPU_SEQ_S, paged_penalty=True,
                   source=CPU_VARIANTS["vllm-2023"]["central"][2], kernel="vllm-v0-paged", variant="central"),
-    EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=VLLM_V1_CPU_STEP_S,
-                  cpu_seq_s=VLLM_V1_CPU_SEQ_S, prefix_caching=VLLM_V1_PREFIX_CACHING,
-                  source=CPU_VARIANTS["vllm-v1"]["central"][2],
+    EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=ASYNC_GAP_S, cpu_seq_s=0.0,
+                  overlap_cpu_step_s=VLLM_V1_CPU_STEP_S, overlap_cpu_seq_s=VLLM_V1_CPU_SEQ_S,
+                  prefix_caching=VLLM_V1_PREFIX_CACHING,
+                  source=CPU_VARIANTS["vllm-v1"]["central"][2] + f" (overlapped); vLLM {VLLM_VERSION}",
                   kernel="flash-attn", variant="central", block_table="persistent",
-                  scheduler_defaults="vllm-v1"),
+                  scheduler_defaults="vllm-v1", time_model="vllm-v1"),
     EngineProfile("ideal", kernel_step_overhead=True, paged_penalty=True,
                   source="kernels only (cost model's fixed step overhead)", kernel="vllm-v0-paged"),
 )}
@@ -147,6 +161,9 @@ def get_profile(name: str) -> EngineProfile:
             raise ValueError(f"--engine-profile: {name!r}: profile {base!r} has no variant {variant!r}; "
                              f"variants: {have}")
         step, seq, source = variants[variant]
+        if PROFILES[base].time_model == "vllm-v1":     # the variants are the CPU work async scheduling hides
+            return replace(PROFILES[base], name=f"{base}:{variant}", overlap_cpu_step_s=step,
+                           overlap_cpu_seq_s=seq, source=source + " (overlapped)", variant=variant)
         return replace(PROFILES[base], name=f"{base}:{variant}", cpu_step_s=step, cpu_seq_s=seq,
                        source=source, variant=variant)
     path = Path(name)

@@ -131,7 +131,8 @@ class SimConfig:
         CPU time per step. ValueError when an explicit flag contradicts the profile."""
         profile, sched = self.profile(), self.scheduler
         cache = replace(self.cache, prefix_caching=prefix_caching_on(self))
-        if self.enforce_eager and EAGER_NOTE not in profile.source:     # (once: resolving is idempotent)
+        if (self.enforce_eager and EAGER_NOTE not in profile.source       # (once: resolving is idempotent)
+                and profile.time_model != "vllm-v1"):      # (the V1 time model launches eagerly itself)
             profile = replace(profile, cpu_step_s=profile.cpu_step_s + eager_launch_s(self.deployment),
                               source=profile.source + EAGER_NOTE)
         chunked = profile.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
