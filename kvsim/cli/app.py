@@ -21,7 +21,7 @@ from kvsim.cli.commands.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresho
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
                               TpotSloOpt, TtftSloOpt)
-from kvsim.cli.options import AsyncOpt, Batching, HybridOpt, MaxLenOpt, RetentionOpt, SeqsOpt, TokensOpt
+from kvsim.cli.options import AsyncOpt, Batching, GpuConfigOpt, HybridOpt, MaxLenOpt, RetentionOpt, SeqsOpt, TokensOpt
 from kvsim.cli.run_flags import check_run_flags
 from kvsim.cli.vllm_args import VllmCommand
 from kvsim.files import check_output_file, check_output_folder, write_json_atomic
@@ -96,7 +96,8 @@ MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Use only the 
 
 def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size, max_num_seqs,
            max_batched_tokens, chunked_prefill, preemption, swap_gib, prefix_caching, calibration,
-           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None, engine_profile="vllm-v1"):
+           force_calibration, seed, kv_cache_dtype="auto", max_model_len=None, engine_profile="vllm-v1",
+           gpu_config=None):
     """The run's SimConfig from the command's flags and the vLLM flags it does not declare itself
     (`kvsim.cli.vllm_args`: --dtype, --quantization, --enforce-eager, ...)."""
     from kvsim.cli.vllm_args import vllm_extras
@@ -104,13 +105,14 @@ def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block
     from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
     from kvsim.cost.profiles import get_profile
     from kvsim.specs import Deployment, get_gpu, get_model
+    from kvsim.specs.gpu_config import load_gpu_config
     from kvsim.specs.hf_config import load_hf_config
 
     spec = load_hf_config(model_config) if model_config else get_model(model)
     spec = spec.with_kv_cache_dtype(kv_cache_dtype).with_max_model_len(max_model_len)
     cal = load_calibration(calibration, force=force_calibration) if calibration else None
     cfg = SimConfig(
-        deployment=Deployment(spec, get_gpu(gpu), tp),
+        deployment=Deployment(spec, load_gpu_config(gpu_config) if gpu_config else get_gpu(gpu), tp),
         cache=CacheConfig(block_size=block_size, kv_gib=kv_gib, num_blocks=num_blocks,
                           gpu_mem_util=gpu_mem_util, swap_gib=swap_gib, prefix_caching=prefix_caching),
         scheduler=SchedulerConfig(max_num_seqs, max_batched_tokens, chunked_prefill, preemption.value),
@@ -124,8 +126,8 @@ def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block
 
 @app.command(cls=VllmCommand)
 def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Path] = ModelConfigOpt,
-        gpu: str = GpuOpt, tp: int = TpOpt, kv_gib: Optional[float] = KvGibOpt,
-        num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
+        gpu: str = GpuOpt, gpu_config: Optional[Path] = GpuConfigOpt, tp: int = TpOpt,
+        kv_gib: Optional[float] = KvGibOpt, num_blocks: Optional[int] = NumBlocksOpt, gpu_mem_util: float = MemUtilOpt,
         allocator: AllocatorKind = typer.Option(AllocatorKind.paged, "--allocator", help="KV allocator."),
         batching: Batching = typer.Option(Batching.continuous, "--batching", help="Batching policy."),
         reserve: Reserve = typer.Option(Reserve.max, "--reserve", help="Contiguous reservation policy."),
@@ -177,7 +179,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         cfg = _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block_size,
                      max_num_seqs, max_batched_tokens, chunked_prefill, preemption, swap_gib,
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
-                     engine_profile)
+                     engine_profile, gpu_config)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value, cpu_kv_gib=cpu_kv_gib,
                                          placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,

@@ -36,3 +36,6 @@ class Batching(str, Enum):
     """`kvsim run --batching`: continuous (iteration-level) or static (FasterTransformer-style) batching."""
     continuous = "continuous"
     static = "static"
+GpuConfigOpt = typer.Option(None, "--gpu-config", help="JSON file describing a GPU without a preset: memory_gib, "
+                            "hbm_gb_s, bf16_tflops (dense), optional fp8_tflops, pcie_gb_s, interconnect "
+                            "(nvlink|xgmi|pcie), interconnect_gb_s (overrides --gpu; docs/gpus.md).")

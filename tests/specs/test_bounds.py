@@ -65,8 +65,10 @@ def test_max_model_len_edges_and_kv_cache_dtype_message():
 
 
 def test_unknown_names_list_every_known_one():
-    with pytest.raises(ValueError, match=re.escape("unknown GPU 'tpu'; known: a100-40gb, a100-80gb, "
-                                                   "h100-80gb, h200, l4, a10g")):
+    # (issue 37 added b200, mi300x, l40s, rtx-4090 and rtx-pro-6000, and the pointer to --gpu-config)
+    with pytest.raises(ValueError, match=re.escape("unknown GPU 'tpu'; known: a100-40gb, a100-80gb, h100-80gb, "
+                                                   "h200, b200, mi300x, l40s, l4, a10g, rtx-4090, rtx-pro-6000; "
+                                                   "or describe any other GPU with --gpu-config FILE.json")):
         get_gpu("tpu")
     with pytest.raises(ValueError, match=re.escape("unknown model 'gpt-9'; known: opt-13b, opt-66b, ")):
         get_model("gpt-9")
