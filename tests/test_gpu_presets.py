@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kvsim.cli.app import app
 from kvsim.specs import GIB, get_gpu
-from kvsim.specs.gpu_config import load_gpu_config
+from kvsim.specs.gpu import load_gpu_config
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "engine-evidence" / "gpus.csv"
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.specs.gpu_config import LINKS, read_gpu_config
 from kvsim.specs.model import GIB, find_preset
-
-#: Scale-up interconnects a GPU may have: NVLink (through NVSwitch or a bridge), AMD Infinity Fabric
-#: (xGMI), or none (tensor-parallel collectives go over PCIe).
-LINKS = ("nvlink", "xgmi", "pcie")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +91,14 @@ def get_gpu(name: str) -> GpuSpec:
     """The GPU preset named `name` (case-insensitive), or a `--gpu-config` JSON file given as a path
     ending in .json; ValueError listing the presets and naming `--gpu-config` otherwise."""
     if name.lower().endswith(".json"):
-        from kvsim.specs.gpu_config import load_gpu_config
         return load_gpu_config(name)
     try:
         return find_preset(GPUS, GPU_ALIASES.get(name.lower(), name), "GPU")
     except ValueError as exc:
         raise ValueError(f"{exc}; or describe any other GPU with --gpu-config FILE.json") from None
+
+
+def load_gpu_config(path) -> GpuSpec:
+    """The GPU a `--gpu-config` JSON file describes (`kvsim.specs.gpu_config`); ValueError naming the
+    file and field."""
+    return GpuSpec(**read_gpu_config(path))

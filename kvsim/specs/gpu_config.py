@@ -18,8 +18,11 @@ import math
 from pathlib import Path
 
 from kvsim.files import read_json_object
-from kvsim.specs.gpu import LINKS, GpuSpec
 from kvsim.specs.model import GIB
+
+#: Scale-up interconnects a GPU may have: NVLink (through NVSwitch or a bridge), AMD Infinity Fabric
+#: (xGMI), or none (tensor-parallel collectives go over PCIe).
+LINKS = ("nvlink", "xgmi", "pcie")
 
 REQUIRED = ("memory_gib", "hbm_gb_s", "bf16_tflops")
 OPTIONAL = ("name", "fp8_tflops", "pcie_gb_s", "interconnect", "interconnect_gb_s")
@@ -38,8 +41,9 @@ def _number(path: Path, doc: dict, field: str, default: float | None = None, pos
     return float(value)
 
 
-def load_gpu_config(path: str | Path) -> GpuSpec:
-    """The `GpuSpec` a `--gpu-config` JSON file describes; ValueError naming the file and field."""
+def read_gpu_config(path: str | Path) -> dict:
+    """The `GpuSpec` fields (bytes, bytes/s, FLOP/s) a `--gpu-config` JSON file describes; ValueError
+    naming the file and field. `kvsim.specs.gpu.load_gpu_config` builds the spec."""
     path = Path(path)
     doc = read_json_object(path, "GPU config (--gpu-config)")
     unknown = sorted(set(doc) - set(REQUIRED) - set(OPTIONAL))
@@ -58,6 +62,9 @@ def load_gpu_config(path: str | Path) -> GpuSpec:
     if link == "pcie" and link_gb_s:
         raise ValueError(f"{path}: GPU config field 'interconnect_gb_s' must be 0 or absent for interconnect "
                          "'pcie' (collectives then use pcie_gb_s)")
-    return GpuSpec(name, int(_number(path, doc, "memory_gib") * GIB), _number(path, doc, "hbm_gb_s") * 1e9,
-                   _number(path, doc, "bf16_tflops") * 1e12, _number(path, doc, "pcie_gb_s", DEFAULT_PCIE_GB_S) * 1e9,
-                   _number(path, doc, "fp8_tflops", 0.0, positive=False) * 1e12, link, link_gb_s * 1e9)
+    return dict(name=name, memory_bytes=int(_number(path, doc, "memory_gib") * GIB),
+                hbm_bytes_per_s=_number(path, doc, "hbm_gb_s") * 1e9,
+                bf16_flops=_number(path, doc, "bf16_tflops") * 1e12,
+                pcie_bytes_per_s=_number(path, doc, "pcie_gb_s", DEFAULT_PCIE_GB_S) * 1e9,
+                fp8_flops=_number(path, doc, "fp8_tflops", 0.0, positive=False) * 1e12,
+                link=link, link_bytes_per_s=link_gb_s * 1e9)
