@@ -80,6 +80,42 @@ def replay(folder: Path, profile: str) -> list[dict]:
     return rows
 
 
+GPU_NAMES = {"H100-SXM-80GB": "h100-80gb", "RTX-4090-24GB": "rtx-4090", "RTX-PRO-6000-Blackwell-96GB": "rtx-pro-6000"}
+
+
+def replay_requests(folder: Path, profile: str) -> list[dict]:
+    """An LLMServingSim run (per-request arrivals and lengths; engine-side TTFT, no client path)."""
+    from kvsim.fleet.config import FleetConfig
+    from kvsim.fleet.sim import simulate_fleet
+    server = json.loads((folder / "server.json").read_text())
+    meas = json.loads((folder / "measured.json").read_text())["summary"]
+    reqs = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines() if line.strip()]
+    fl = server["flags"]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(server["hf_config"]))
+        spec = load_hf_config(Path(tmp) / "config.json")
+    if isinstance(fl["max_model_len"], int):
+        spec = spec.with_max_model_len(fl["max_model_len"])
+    dep = Deployment(spec, get_gpu(GPU_NAMES[server["gpu"]]), server["tensor_parallel_size"],
+                     server["data_parallel_size"], bool(server.get("enable_expert_parallel")))
+    cfg = SimConfig(dep, CacheConfig(block_size=16, gpu_mem_util=0.9),
+                    SchedulerConfig(fl["max_num_seqs"], fl["max_num_batched_tokens"], True), engine_profile=profile)
+    tr = Trace.from_arrays([r["arrival_s"] for r in reqs], [r["prompt_tokens"] for r in reqs],
+                           [r["output_tokens"] for r in reqs])
+    if dep.dp > 1:
+        res = simulate_fleet(tr, cfg, FleetConfig(dep.dp, "least-requests"))
+        rc = res.request_columns
+    else:
+        rc = simulate(tr, cfg, keep_steps=False).request_columns
+    arr = np.asarray(tr.arrival_s)
+    ttft = float(np.mean(rc["first_token_s"] - arr)) * 1e3
+    e2e = float(np.mean(rc["finished_s"] - arr)) * 1e3
+    out = float(np.mean([r["output_tokens"] for r in reqs]))
+    m_ttft, m_e2e = meas["ttft_ms"]["mean"], meas["e2e_ms"]["mean"]
+    return [dict(run=folder.name, stage=-1, rate=0, ttft=(m_ttft, ttft), e2e=(m_e2e, e2e),
+                 itl=((m_e2e - m_ttft) / (out - 1), (e2e - ttft) / (out - 1)), batch=float("nan"))]
+
+
 def main() -> None:
     args = sys.argv[1:]
     profile = "vllm-v1"
@@ -88,9 +124,9 @@ def main() -> None:
     filt = args[0] if args else "h100"
     ape = {"ttft": [], "itl": [], "e2e": []}
     for folder in sorted(RUNS.iterdir()):
-        if not folder.is_dir() or filt not in folder.name or not folder.name.startswith("h100"):
+        if not folder.is_dir() or filt not in folder.name:
             continue
-        for r in replay(folder, profile):
+        for r in (replay(folder, profile) if folder.name.startswith("h100") else replay_requests(folder, profile)):
             line = f"{r['run']:40s} st{r['stage']} {r['rate']:>3}/s batch {r['batch']:6.1f}"
             for k in ("itl", "ttft", "e2e"):
                 m, p = r[k]

@@ -13,7 +13,9 @@ come from Vidur's eager-mode A100/H100 operator profiles):
   KV bytes at ATTN_KV_HBM_EFFICIENCY of HBM and prefill FLOPs at PREFILL_ATTN_FLOP_EFFICIENCY; no
   per-sequence term (FA3's paged decode: 27.6 us at 16 sequences of 128 tokens, of which 10 us is
   bytes).
-- fused MoE: a decode step reads only the experts its tokens route to (uniform routing, top-k).
+- fused MoE: a decode step reads only the experts its tokens route to (uniform routing, top-k); with
+  expert parallelism (`Deployment.ep`) a GPU reads its share of them and exchanges hidden states with
+  the other engines once per layer.
 - fp8 weights: GEMMs at the GPU's fp8 rate (`GpuSpec.flops`) and FP8_GEMM_EFFICIENCY.
 - CPU: V1 schedules the next step while the GPU runs this one (async scheduling, on by default since
   about v0.12): a step takes max(GPU time, the profile's overlapped CPU work); the profile's own
@@ -97,13 +99,15 @@ class V1CostModel(CostModel):
         eff = FP8_GEMM_EFFICIENCY if gpu.flops(wbytes) != gpu.bf16_flops else LINEAR_FLOP_EFFICIENCY
         linear_params, read_bytes = _param_split(model)
         self._lin_s_per_token = 2 * linear_params / tp / (gpu.flops(wbytes) * eff)
-        # weights: the dense part always, the experts as far as the step's tokens touch them
-        e, k = model.num_experts, model.experts_per_token
-        per_expert = (model.num_params - model.compute_params) / (e - k) if e > k else 0.0
-        expert_bytes = e * per_expert * (wbytes or model.dtype_bytes)
+        # weights: the dense part always, the experts as far as the step's tokens touch them; with expert
+        # parallelism a GPU holds experts / (tp x dp) whole and the tokens of all dp engines reach them
+        # (the engines step in lockstep: each taken to run a batch like this one)
+        e = model.num_experts
+        expert_bytes = deployment.expert_weight_bytes
         rate = gpu.hbm_bytes_per_s * LINEAR_HBM_EFFICIENCY
         self._dense_s = (read_bytes - expert_bytes) / tp / rate
-        self._expert_s = expert_bytes / tp / rate / e if e else 0.0
+        self._expert_s = expert_bytes / e / rate / (tp * deployment.dp if deployment.ep else tp) if e else 0.0
+        self._ep_tokens = deployment.dp if deployment.ep else 1
         small = 3 if tp == 1 else 1          # rotary + 2 fused add-RMSNorms; with TP the norms fuse into the AR
         self._lin_fixed_s += layers * small * KERNEL_FIXED_S
         self._launch_s = layers * HOST_LAUNCH_S_PER_LAYER
@@ -139,16 +143,26 @@ class V1CostModel(CostModel):
         if not self._expert_s:
             return self._dense_s
         m = self.deployment.model
-        return self._dense_s + self._expert_s * experts_touched(tokens, m.num_experts, m.experts_per_token)
+        t = tokens * self._ep_tokens
+        return self._dense_s + self._expert_s * experts_touched(t, m.num_experts, m.experts_per_token)
 
     def all_reduce_time(self, tokens: int) -> float:
         """Seconds of the two all-reduces per layer over `tokens` tokens (0 for tp 1)."""
         if tokens <= 0:
             return 0.0
         t, graph = self.padded(tokens)
-        g = self.deployment.gpu
-        return self._ar_calls * all_reduce_s(t * self._ar_bytes, self.deployment.tp, g.link,
-                                             g.link_bytes_per_s, g.pcie_bytes_per_s, graph)
+        dep = self.deployment
+        g = dep.gpu
+        tp_ar = self._ar_calls * all_reduce_s(t * self._ar_bytes, dep.tp, g.link, g.link_bytes_per_s,
+                                              g.pcie_bytes_per_s, graph)
+        if not dep.ep or dep.dp == 1:
+            return tp_ar
+        # expert parallelism over tp x dp GPUs, vLLM's default all2all backend (allgather_reducescatter):
+        # per MoE layer every GPU gathers the hidden states of all engines' tokens and reduce-scatters the
+        # expert outputs: taken as one all-reduce of those bytes over the EP group (ASSUMED shape)
+        ep_bytes = t * dep.dp * self._ar_bytes
+        return tp_ar + self._ar_calls // 2 * all_reduce_s(ep_bytes, dep.tp * dep.dp, g.link, g.link_bytes_per_s,
+                                                          g.pcie_bytes_per_s, graph)
 
     def cpu_work(self, seqs: int) -> float:
         """CPU seconds of a step of `seqs` sequences that async scheduling overlaps with the GPU."""

@@ -24,7 +24,8 @@ from kvsim.specs.serving_dtype import with_dtype, with_quantization
 from kvsim.trace.table import Trace
 
 #: Flags that pick the deployment and the calibration rather than a config field.
-DEPLOYMENT_FLAGS = {"model": "opt-13b", "model_config": None, "gpu": "a100-40gb", "tp": 1,
+DEPLOYMENT_FLAGS = {"model": "opt-13b", "model_config": None, "gpu": "a100-40gb", "tp": 1, "dp": 1,
+                    "enable_expert_parallel": False,
                     "kv_cache_dtype": "auto", "max_model_len": None, "dtype": None, "quantization": None,
                     "calibration": None, "force_calibration": False}
 
@@ -115,7 +116,8 @@ def make_config(config: SimConfig | None = None, **flags: Any) -> SimConfig:
         spec = with_quantization(with_dtype(spec, d["dtype"]), d["quantization"])
         spec = spec.with_kv_cache_dtype(str(d["kv_cache_dtype"])).with_max_model_len(max_len)
         gpu = (config.deployment.gpu if config is not None and "gpu" not in dep_flags else get_gpu(d["gpu"]))
-        deployment = Deployment(spec, gpu, _parse("tp", d["tp"], "int"))
+        deployment = Deployment(spec, gpu, _parse("tp", d["tp"], "int"), _parse("dp", d["dp"], "int"),
+                                _parse("enable_expert_parallel", d["enable_expert_parallel"], "bool"))
         calibration = _calibration(d, config)
         config = (SimConfig(deployment) if config is None
                   else dataclasses.replace(config, deployment=deployment))
@@ -135,7 +137,8 @@ def _current(config: SimConfig | None, flag: str) -> Any:
     if config is None:
         return DEPLOYMENT_FLAGS[flag]
     dep = config.deployment
-    return {"model": dep.model.name, "model_config": None, "gpu": dep.gpu.name, "tp": dep.tp,
+    return {"model": dep.model.name, "model_config": None, "gpu": dep.gpu.name, "tp": dep.tp, "dp": dep.dp,
+            "enable_expert_parallel": dep.ep,
             "kv_cache_dtype": "auto", "max_model_len": None, "dtype": None, "quantization": None,
             "calibration": None, "force_calibration": False}[flag]
 

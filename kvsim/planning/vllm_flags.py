@@ -50,6 +50,8 @@ def _switch(run_flag: str | None, value: bool = True) -> VllmFlag:
 #: vLLM flag (no dashes) -> what it does in kvsim. Flags that change the prediction first.
 VLLM_FLAGS: dict[str, VllmFlag] = {
     "tensor-parallel-size": VllmFlag("tp"), "tp": VllmFlag("tp"),
+    "data-parallel-size": VllmFlag("dp"), "dp": VllmFlag("dp"),
+    "enable-expert-parallel": _switch("enable_expert_parallel"),
     "gpu-memory-utilization": VllmFlag("gpu_mem_util"),
     "kv-cache-dtype": VllmFlag("kv_cache_dtype"),
     "max-num-batched-tokens": VllmFlag("max_batched_tokens"),

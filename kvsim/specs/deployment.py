@@ -60,15 +60,27 @@ class MemoryLedger:
 class Deployment:
     """A model on `tp` GPUs of one kind with tensor parallelism: weights and attention heads split evenly
     (tp must divide the attention heads); KV heads split, or replicated when tp exceeds them so that each
-    GPU holds one whole KV head (tp must then be a multiple of the KV heads), as vLLM does."""
+    GPU holds one whole KV head (tp must then be a multiple of the KV heads), as vLLM does.
+
+    `dp`: vLLM's --data-parallel-size, engines of `tp` GPUs each serving their own requests (a `Deployment`
+    describes one of them; `kvsim run` runs `dp` of them behind vLLM's least-loaded balancer). `ep`:
+    --enable-expert-parallel, a MoE model's experts spread whole over the tp x dp GPUs instead of
+    TP-sharded: each GPU holds the dense weights / tp and the experts / (tp x dp)."""
 
     model: ModelSpec
     gpu: GpuSpec
     tp: int = 1
+    dp: int = 1
+    ep: bool = False
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {self.tp}")
+        if self.dp < 1:
+            raise ValueError(f"--data-parallel-size must be >= 1, got {self.dp}")
+        if self.ep and self.model.num_experts < self.tp * self.dp:
+            raise ValueError(f"--enable-expert-parallel: {self.model.name} has {self.model.num_experts} experts, "
+                             f"fewer than the {self.tp * self.dp} GPUs (tp x dp) to spread them over")
         m = self.model
         if m.num_heads % self.tp:
             raise ValueError(f"--tp {self.tp}: {m.name}'s {m.num_heads} attention heads cannot be split "
@@ -79,6 +91,24 @@ class Deployment:
                              f"{m.num_kv_heads} or be a multiple of it)")
         for group in m.layer_groups:
             group.check_tp(self.tp, m.name)
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of all routed experts' weights (0 for a dense model): the parameters beyond the active
+        ones, (num_params - active) / (experts - top_k) per expert, times the experts."""
+        m = self.model
+        if m.num_experts <= m.experts_per_token:
+            return 0.0
+        per_expert = (m.num_params - m.compute_params) / (m.num_experts - m.experts_per_token)
+        return m.num_experts * per_expert * (m.weight_bytes_per_param or m.dtype_bytes)
+
+    def weight_bytes_per_gpu(self) -> float:
+        """Bytes of weights one GPU holds: weights / tp, or with expert parallelism the dense part / tp
+        and the experts / (tp x dp)."""
+        if not self.ep:
+            return self.model.weight_bytes / self.tp
+        experts = self.expert_weight_bytes
+        return (self.model.weight_bytes - experts) / self.tp + experts / (self.tp * self.dp)
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token on all `tp` GPUs together (replicated KV heads count on each)."""
@@ -112,7 +142,7 @@ class Deployment:
         if not 0 < gpu_mem_util <= 1:
             raise ValueError(f"--gpu-mem-util must be in (0, 1], got {gpu_mem_util}")
         reserve = activation_reserve_bytes(self.model, max_batched_tokens)
-        return MemoryLedger(float(self.gpu.memory_bytes), gpu_mem_util, self.model.weight_bytes / self.tp,
+        return MemoryLedger(float(self.gpu.memory_bytes), gpu_mem_util, self.weight_bytes_per_gpu(),
                             reserve - NON_TORCH_RESERVE_BYTES, float(NON_TORCH_RESERVE_BYTES))
 
     def kv_memory_per_gpu(self, gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192) -> float:

@@ -41,12 +41,27 @@ def steps_files(out, fleet):
 def run_one(trace, cfg, fleet, progress, steps_csv):
     """`kvsim run`'s simulation: one engine (`kvsim.engine.sim.simulate`, its steps streamed to
     `steps_csv`), or for more than one replica the fleet (`kvsim.fleet.sim.simulate_fleet`, each
-    replica's steps to `steps_csv.sinks`)."""
+    replica's steps to `steps_csv.sinks`). vLLM's --data-parallel-size N without --replicas runs N
+    engines behind its least-loaded balancer (`dp_fleet`)."""
+    fleet, dp = dp_fleet(cfg, fleet)
+    if dp:
+        steps_csv = None            # (--out: the engines' steps are not streamed)
     if fleet.replicas == 1:
         from kvsim.engine.sim import simulate
         return simulate(trace, cfg, progress, keep_steps=False, step_sink=steps_csv)
     from kvsim.fleet.sim import simulate_fleet
     return simulate_fleet(trace, cfg, fleet, progress, step_sinks=steps_csv.sinks if steps_csv else None)
+
+
+def dp_fleet(cfg, fleet):
+    """(fleet, whether it was made from --data-parallel-size): `cfg.deployment.dp` engines behind the
+    least-requests router (vLLM's DP coordinator sends each request to the engine with the fewest
+    waiting x 4 + running requests: vllm/v1/engine/core_client.py), unless --replicas says otherwise."""
+    dp = cfg.deployment.dp
+    if dp == 1 or fleet.replicas != 1:
+        return fleet, False
+    from dataclasses import replace
+    return replace(fleet, replicas=dp, router="least-requests"), True
 
 
 def print_fleet(summary: dict) -> None:
