@@ -60,7 +60,7 @@ def replay(folder: Path, profile: str) -> list[dict]:
         (Path(tmp) / "config.json").write_text(json.dumps(server["hf_config"]))
         spec = load_hf_config(Path(tmp) / "config.json").with_max_model_len(fl["max_model_len"])
     cfg = SimConfig(Deployment(spec, get_gpu("h100-80gb"), server["tensor_parallel_size"]),
-                    CacheConfig(block_size=16, gpu_mem_util=fl["gpu_memory_utilization"], cpu_kv_gib=8.0),
+                    CacheConfig(block_size=16, gpu_mem_util=fl["gpu_memory_utilization"], cpu_kv_gib=8.0, cpu_kv_policy=POLICY),
                     SchedulerConfig(fl["max_num_seqs"], fl["max_num_batched_tokens"], True),
                     engine_profile=profile)
     tr, stages = trace_for(work)
@@ -80,6 +80,8 @@ def replay(folder: Path, profile: str) -> list[dict]:
     return rows
 
 
+#: vLLM's OffloadingConnector stores every computed block (kvsim/alloc/cpu_tier.py "store-all")
+POLICY = "store-all"
 GPU_NAMES = {"H100-SXM-80GB": "h100-80gb", "RTX-4090-24GB": "rtx-4090", "RTX-PRO-6000-Blackwell-96GB": "rtx-pro-6000"}
 
 
@@ -119,6 +121,9 @@ def replay_requests(folder: Path, profile: str) -> list[dict]:
 def main() -> None:
     args = sys.argv[1:]
     profile = "vllm-v1"
+    global POLICY
+    if "--cpu-kv-policy" in args:
+        k = args.index("--cpu-kv-policy"); POLICY = args[k + 1]; del args[k:k + 2]
     if "--profile" in args:
         k = args.index("--profile"); profile = args[k + 1]; del args[k:k + 2]
     filt = args[0] if args else "h100"

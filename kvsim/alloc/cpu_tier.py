@@ -5,9 +5,13 @@ them. A later request whose prompt continues past its GPU hits into blocks held 
 computing them: each takes a fresh GPU block and is loaded over PCIe (the scheduler adds the load to the
 step's PCIe traffic, timed by the cost model's `swap_time`).
 
-Units: blocks of the GPU pool's block size. Unlike vLLM's offloading connector, which stores every
-computed block as it is written, this tier stores a block when the GPU evicts it (a victim cache, as the
-issue asks); a block loaded back stays here too (most recently used).
+Units: blocks of the GPU pool's block size. Two policies (`store_all`, `--cpu-kv-policy`):
+- "evicted" (default): a block is stored when the GPU evicts it (a victim cache); a block loaded back
+  stays here too (most recently used);
+- "store-all": vLLM's OffloadingConnector (`--kv-offloading-size`, vllm/v1/kv_offload/): every full block
+  is stored as soon as it is computed (the GPU-to-CPU copy runs on its own stream, overlapped with the
+  steps: its bytes are counted, `stored`, not timed), and an eviction stores nothing. A CPU tier smaller
+  than the GPU cache then holds mostly copies of blocks the GPU still has.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class CpuTier:
         if capacity_blocks < 0:
             raise ValueError(f"the CPU tier holds >= 0 blocks, got {capacity_blocks}")
         self.capacity_blocks = capacity_blocks
+        self.store_all = False  # vLLM's OffloadingConnector: store every computed block (the prefix cache asks)
         self._lru: OrderedDict[int, None] = OrderedDict()     # oldest first
         self.stored = 0         # blocks put here (evicted from the GPU)
         self.dropped = 0        # blocks forgotten for want of room

@@ -16,7 +16,7 @@ import typer
 # The simulator, the trace readers, rich and pandas are imported inside the commands that need them, and
 # the other commands (kvsim.cli.lazy.LAZY) only when they run, so `kvsim --help` loads typer and little else.
 from kvsim.engine.batching.beams import BEAM_DEATH_RATE
-from kvsim.cli.commands.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, ReplicasOpt, RouterOpt,
+from kvsim.cli.commands.fleet import (BalanceAbsOpt, BalanceRelOpt, CacheThresholdOpt, CpuKvOpt, CpuKvPolicyOpt, ReplicasOpt, RouterOpt,
                              fleet_config, print_fleet, run_one, steps_files)
 from kvsim.cli.lazy import RootGroup
 from kvsim.cli.commands.disagg import (DecodeReplicasOpt, DecodeTpOpt, KvLinkOpt, PrefillReplicasOpt, PrefillTpOpt,
@@ -159,7 +159,8 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
         prefill_tp: Optional[int] = PrefillTpOpt, decode_tp: Optional[int] = DecodeTpOpt,
         kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt, tpot_slo: float = TpotSloOpt,
         replicas: int = ReplicasOpt, router: str = RouterOpt, bal_abs: int = BalanceAbsOpt, bal_rel: float = BalanceRelOpt,
-        cache_thr: float = CacheThresholdOpt, cpu_kv_gib: float = CpuKvOpt, quiet: bool = QuietOpt) -> None:
+        cache_thr: float = CacheThresholdOpt, cpu_kv_gib: float = CpuKvOpt, cpu_kv_policy: str = CpuKvPolicyOpt,
+        quiet: bool = QuietOpt) -> None:
     """Replay TRACE through one serving configuration and report memory, latency and throughput."""
     from kvsim.cli.output import (Progress, error, print_startup, print_summary, warn_swap_fallbacks,
                               write_outputs)
@@ -181,7 +182,7 @@ def run(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optional[Pa
                      prefix_caching, calibration, force_calibration, seed, kv_cache_dtype, max_model_len,
                      engine_profile, gpu_config)
         cfg = replace(cfg, cache=replace(cfg.cache, allocator=allocator.value, reserve=reserve.value, cpu_kv_gib=cpu_kv_gib,
-                                         placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
+                                         cpu_kv_policy=cpu_kv_policy, placement=placement.value, hybrid_kv_cache=hybrid_kv_cache),
                       scheduler=replace(cfg.scheduler, batching=batching.value, swap_multi_seq=swap_multi_seq,
                                         beam_death_rate=beam_death_rate,
                                         sample_lengths=sample_lengths.value))

@@ -77,6 +77,8 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     if getattr(alloc, "_kind", None) in ("hybrid", "jenga"):   # one sequence per request: say so up front
         from kvsim.trace.locate import check_one_sequence
         check_one_sequence(trace, alloc._kind, any(g.kind == "mamba" for g in dep.model.layer_groups))
+    if getattr(alloc, "cpu_tier", None) is not None:
+        alloc.cpu_tier.store_all = cache.cpu_kv_policy == "store-all"
     if hasattr(alloc, "record_groups"):     # KV cache groups: per-group memory in the summary
         alloc.record_groups = True
     swap_tokens = int(cache.swap_gib * GIB * dep.tp // dep.kv_bytes_per_token())

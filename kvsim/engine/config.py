@@ -85,6 +85,7 @@ class CacheConfig:
                                     # (vLLM's --kv-offloading-size; kvsim/alloc/cpu_tier.py)
     prefix_cache_retention_interval: int | None = 0   # vLLM 0.33's flag and default: 0, a multiple of the
                                     # block size, or None (dense); sliding groups (kvsim/alloc/hybrid/retention.py)
+    cpu_kv_policy: str = "evicted"  # what it stores: "evicted" blocks, or "store-all" computed blocks (vLLM's)
 
     def __post_init__(self) -> None:
         if self.allocator not in (*ALLOCATORS, "jenga"):
@@ -96,6 +97,8 @@ class CacheConfig:
             raise ValueError(f"block size must be >= 1 token, got {self.block_size}")
         if not 0 <= self.swap_gib < float("inf"):
             raise ValueError(f"--swap-gib must be a finite number >= 0, got {self.swap_gib}")
+        if self.cpu_kv_policy not in ("evicted", "store-all"):
+            raise ValueError(f"--cpu-kv-policy must be evicted or store-all, got {self.cpu_kv_policy!r}")
         if not 0 <= self.cpu_kv_gib < float("inf"):
             raise ValueError(f"--cpu-kv-gib must be a finite number >= 0, got {self.cpu_kv_gib}")
         interval = self.prefix_cache_retention_interval

@@ -124,6 +124,7 @@ def cpu_tier_summary(tiers: list[dict], scheds, kv_bytes_per_token: int, block_s
     out = {k: sum(t[k] for t in tiers) for k in ("stored_blocks", "dropped_blocks", "loaded_blocks")}
     return {"capacity_blocks": tiers[0]["capacity_blocks"], **out,
             "loaded_bytes": out["loaded_blocks"] * block_size * kv_bytes_per_token,
+            "stored_bytes": out["stored_blocks"] * block_size * kv_bytes_per_token,
             "gpu_hit_rate": gpu / admitted if admitted else 0.0, "cpu_hit_rate": cpu / admitted if admitted else 0.0}
 
 

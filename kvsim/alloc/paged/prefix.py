@@ -111,6 +111,8 @@ class PrefixCache:
         """Record that full `block` holds the prefix with chained hash `h` (a block already cached
         keeps its hash; another block with the same hash is cached beside it)."""
         if block not in self._hash_of:
+            if self.tier is not None and self.tier.store_all:    # vLLM's OffloadingConnector: every
+                self.tier.put(h)                                 # computed block is stored to CPU
             self._hash_of[block] = h
             held = self._blocks_of.setdefault(h, block)
             if held != block:                   # another block holds `h` (or several do)
@@ -156,7 +158,7 @@ class PrefixCache:
             del held[block]
             if len(held) == 1:
                 self._blocks_of[h] = next(iter(held))
-        if self.tier is not None:
+        if self.tier is not None and not self.tier.store_all:     # (store-all kept it when computed)
             self.tier.put(h)
         return block
 

@@ -22,6 +22,10 @@ CpuKvOpt = typer.Option(0.0, "--cpu-kv-gib", help="CPU memory per replica keepin
                         "cache evicts (LRU); a later hit loads them over PCIe (vLLM's --kv-offloading-size; "
                         "needs --prefix-caching).")
 
+CpuKvPolicyOpt = typer.Option("evicted", "--cpu-kv-policy", help="What the CPU tier stores: evicted (blocks "
+                              "the GPU prefix cache evicts) or store-all (every computed block, as vLLM's "
+                              "OffloadingConnector with --kv-offloading-size does).")
+
 
 def fleet_config(replicas, router, balance_abs, balance_rel, cache_threshold):
     """The `FleetConfig` of the flags (ValueError naming the flag when one is wrong)."""
