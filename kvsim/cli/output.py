@@ -204,6 +204,9 @@ def print_startup(cfg) -> None:
     chunked = ", chunked prefill" if sched.chunked_prefill else ""
     cpu = (f"CPU {profile.cpu_step_s * 1e3:.3g} ms + {profile.cpu_seq_s * 1e6:.3g} us per sequence per step"
            if profile.cpu_step_s or profile.cpu_seq_s else "no CPU time beyond the kernels' step overhead")
+    if profile.time_model == "vllm-v1":
+        cpu = (f"CUDA graphs, CPU {profile.overlap_cpu_step_s * 1e3:.3g} ms + {profile.overlap_cpu_seq_s * 1e6:.3g} us "
+               f"per sequence overlapped with the GPU + a {profile.cpu_step_s * 1e3:.2g} ms gap per step")
     blocks = f" ({capacity // block:,} blocks of {block})" if paged else " (contiguous)"
     per_request = -(-max_len // block) * block if paged else max_len
     prefix = ", prefix caching" if resolved.cache.prefix_caching else ""
