@@ -38,6 +38,7 @@ reports: $(REPORTS_DEPS)
 	$(KVSIM) hybrid-study -o reports/hybrid-models --force
 	$(KVSIM) report traces/mooncake_conversation_excerpt.jsonl --model llama-3.1-8b --gpu h100-80gb --set prefix_caching=true --replicas 4,16 --routers round-robin,prefix-aware --pd 1:3,2:2,3:1 --fleet-only -o reports/fleet-mooncake --force
 	$(KVSIM) paper --duration 600 --force
+	$(KVSIM) sim-to-real real-runs -o reports/sim-to-real --force
 
 # release checks (tens of minutes): allocator state machines with 5,000 examples, 1,000 fuzzed CLI inputs,
 # live re-runs of vLLM's own code over the stored cases, whole-report regenerations, every README command,

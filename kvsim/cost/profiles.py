@@ -122,6 +122,23 @@ class EngineProfile:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class CalibratedProfile(EngineProfile):
+    """An `EngineProfile` with the GPU-side parameters `kvsim calibrate` fits (applied around the cost
+    model by `kvsim.cost.adjusted`): `gpu_time_scale` multiplies every step's kernel time (1: the
+    evidence-based model); `allreduce_delta_s` is added to each of the two all-reduces per layer at TP > 1."""
+
+    gpu_time_scale: float = 1.0
+    allreduce_delta_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        super(CalibratedProfile, self).__post_init__()
+        if not (math.isfinite(self.gpu_time_scale) and self.gpu_time_scale > 0):
+            raise ValueError(f"engine profile {self.name!r}: gpu_time_scale must be > 0, got {self.gpu_time_scale}")
+        if not math.isfinite(self.allreduce_delta_s):
+            raise ValueError(f"engine profile {self.name!r}: allreduce_delta_s must be finite")
+
+
 #: vLLM V1 turns prefix caching on unless told otherwise: vllm/engine/arg_utils.py (0.33)
 #: `_set_default_chunked_prefill_and_prefix_caching_args` sets `enable_prefix_caching` to
 #: `ModelConfig.is_prefix_caching_supported`, true for generative decoder models; `CacheConfig.
@@ -180,9 +197,13 @@ def load_profile(path: str | Path) -> EngineProfile:
     try:
         data = json.loads(path.read_text())
         base = PROFILES[str(data["base"])]
-        return replace(base, name=str(data.get("name", path.stem)), cpu_step_s=float(data["cpu_step_s"]),
-                       cpu_seq_s=float(data["cpu_seq_s"]), source=str(data.get("source", path)),
-                       variant="measured")
+        profile = replace(base, name=str(data.get("name", path.stem)), cpu_step_s=float(data["cpu_step_s"]),
+                          cpu_seq_s=float(data["cpu_seq_s"]), source=str(data.get("source", path)),
+                          variant="measured")
+        if "gpu_time_scale" in data or "allreduce_delta_s" in data:     # from `kvsim calibrate`
+            profile = CalibratedProfile(**profile.to_dict(), gpu_time_scale=float(data.get("gpu_time_scale", 1.0)),
+                                        allreduce_delta_s=float(data.get("allreduce_delta_s", 0.0)))
+        return profile
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read engine profile: {exc}") from None
     except KeyError as exc:

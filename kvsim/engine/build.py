@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
 from kvsim.engine.config import SimConfig, concurrent_batches, kv_cache_plan, kv_capacity
+from kvsim.cost.adjusted import adjust_cost
 from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
 from kvsim.cost.profiles import EngineProfile
 from kvsim.cost.v1_time import V1CostModel
@@ -104,6 +105,7 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     else:
         cost = CostModel(dep, page, penalty, cfg.calibration,
                          step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)
+    cost = adjust_cost(cost, profile, dep)      # a calibrated profile's fitted GPU-side parameters
     return RunParts(alloc, sched, cost, capacity, block_size, profile)
 
 
