@@ -76,3 +76,20 @@ def test_run_with_data_parallel_engines(tmp_path):
     summary = json.loads(out.read_text())
     assert summary["fleet"]["replicas"] == 2 and summary["fleet"]["router"] == "least-requests"
     assert summary["requests_finished"] == summary["requests_total"]
+
+
+def test_the_qwen3_30b_a3b_dp2_ep_run_replays():
+    """The development set's DP 2 + EP run (real-runs/, shipped): two engines, experts split in two."""
+    from kvsim.validation.measured import read_run
+    from kvsim.validation.replay import simulate_run
+    folder = ROOT / "real-runs" / "rtxpro6000-qwen3-30b-a3b-instruct-2507-llmservingsim"
+    if not folder.exists():
+        pytest.skip(f"{folder} is absent")
+    pred, figures, (cfg, trace, _, result) = simulate_run(read_run(folder))
+    dep = cfg.deployment
+    assert (dep.tp, dep.dp, dep.ep, dep.gpu.name) == (1, 2, True, "rtx-pro-6000")
+    assert result.summary["fleet"]["replicas"] == 2 and sum(result.summary["fleet"]["routed"]) == len(trace)
+    # 128 experts of 48 layers x 3 x 2048 x 768 parameters each, bf16: half of them on each GPU
+    experts = 128 * 48 * 3 * 2048 * 768 * 2
+    assert dep.expert_weight_bytes == pytest.approx(experts, rel=0.01)
+    assert dep.weight_bytes_per_gpu() == pytest.approx(dep.model.weight_bytes - dep.expert_weight_bytes / 2)

@@ -65,7 +65,10 @@ def simulate_run(run: MeasuredRun, profile=None, client_path: ClientPath | None 
 
     cfg = sim_config(run.server, f"{run.source}/server.json", profile, gpu)
     trace, stage_of = regenerate(run, cfg.cache.block_size, seed, scale)
-    result = kvsim.simulate(trace, cfg)
+    if cfg.deployment.dp > 1:       # vLLM's data-parallel engines behind its least-loaded balancer
+        result = kvsim.simulate_fleet(trace, cfg, kvsim.FleetConfig(cfg.deployment.dp, "least-requests"))
+    else:
+        result = kvsim.simulate(trace, cfg)
     path = (client_path or ClientPath()).seconds(trace.prompt_tokens.astype(float), run.client)
     means = {}
     if run.client_output_mean is not None:

@@ -96,17 +96,14 @@ def server_flags(server: dict, where: str) -> dict:
 
 
 def parallelism(server: dict, where: str) -> int:
-    """The tensor-parallel degree; ValueError for what kvsim cannot run (data parallelism) or for
-    contradictory counts (num_gpus != TP x DP)."""
+    """The tensor-parallel degree; ValueError for contradictory counts (num_gpus != TP x DP). Data
+    parallelism: `sim_config` reads it (`Deployment.dp`, engines behind the least-requests router)."""
     tp = _number(server.get("tensor_parallel_size", 1), "tensor_parallel_size", where, int)
     dp = _number(server.get("data_parallel_size", 1) or 1, "data_parallel_size", where, int)
     gpus = server.get("num_gpus")
     if gpus is not None and int(gpus) != tp * dp:
         raise ValueError(f"{where}: field 'num_gpus' ({gpus}) contradicts tensor_parallel_size x "
                          f"data_parallel_size ({tp} x {dp})")
-    if dp > 1:
-        raise NotReplayable(f"data_parallel_size {dp}: kvsim runs one engine (no data or expert "
-                         "parallelism yet)")
     return tp
 
 
@@ -122,7 +119,9 @@ def sim_config(server: dict, where: str, profile=None, gpu: str | None = None):
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(hf))
         try:
-            cfg = kvsim.make_config(model_config=tmp, tp=tp, **flags)
+            dp = int(server.get("data_parallel_size", 1) or 1)
+            ep = _switch(server.get("enable_expert_parallel", False) or False, "enable_expert_parallel", where)
+            cfg = kvsim.make_config(model_config=tmp, tp=tp, dp=dp, enable_expert_parallel=ep, **flags)
         except ValueError as exc:
             raise ValueError(f"{where}: {str(exc).replace(tmp + '/', '')}") from None
     model = replace(cfg.deployment.model, name=str(server.get("model", cfg.deployment.model.name)))
