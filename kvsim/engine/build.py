@@ -12,9 +12,9 @@ from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
 from kvsim.engine.config import SimConfig, concurrent_batches, kv_cache_plan, kv_capacity
 from kvsim.cost.adjusted import adjust_cost
-from kvsim.cost.roofline import STEP_OVERHEAD_S, CostModel
+from kvsim.cost.roofline import CostModel
 from kvsim.cost.profiles import EngineProfile
-from kvsim.cost.v1_time import V1CostModel
+from kvsim.cost.select import cost_model
 from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.specs.kv_groups import KVCachePlan
 from kvsim.specs.model import GIB
@@ -98,13 +98,8 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
-    if profile.time_model == "vllm-v1":        # CUDA graphs, custom all-reduce, async scheduling
-        cost = V1CostModel(dep, page, penalty, cfg.calibration, max_num_seqs=cfg.scheduler.max_num_seqs,
-                           max_batched_tokens=cfg.scheduler.max_batched_tokens, enforce_eager=cfg.enforce_eager,
-                           cpu_step_s=profile.overlap_cpu_step_s, cpu_seq_s=profile.overlap_cpu_seq_s)
-    else:
-        cost = CostModel(dep, page, penalty, cfg.calibration,
-                         step_overhead_s=STEP_OVERHEAD_S if profile.kernel_step_overhead else 0.0)
+    cost = cost_model(dep, page, penalty, cfg.calibration, profile, cfg.scheduler.max_num_seqs,
+                      cfg.scheduler.max_batched_tokens, cfg.enforce_eager)    # roofline or vLLM V1's
     cost = adjust_cost(cost, profile, dep)      # a calibrated profile's fitted GPU-side parameters
     return RunParts(alloc, sched, cost, capacity, block_size, profile)
 

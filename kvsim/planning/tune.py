@@ -32,7 +32,7 @@ import pandas as pd
 from kvsim.engine.config import SimConfig, kv_cache_plan
 from kvsim.cost.kernels import get_kernel
 from kvsim.cost.profiles import CPU_VARIANTS, VARIANTS
-from kvsim.cost.roofline import CostModel
+from kvsim.cost.select import cost_model
 from kvsim.planning.bookkeeping import Bookkeeping
 from kvsim.planning.runs import capacity_tokens, make_config
 from kvsim.planning.sweep.runner import run_sweep
@@ -90,11 +90,11 @@ def _indirection(cfg: SimConfig, block_size: int, batch: float, context: float, 
     """(kernel gather s, bookkeeping s, step s) of one decode step of `batch` sequences reading
     `context` KV tokens in all, at `block_size`: the profile's kernel family (or the calibration) against
     a contiguous kernel; the step includes the profile's CPU time."""
-    b, ctx = max(1, round(batch)), int(context)
-    profile = cfg.profile()
-    penalty = profile.paged_penalty or cfg.calibration is not None
-    paged = CostModel(cfg.deployment, block_size, penalty, cfg.calibration, step_overhead_s=0.0).step_time(0, 0, b, ctx)
-    contiguous = CostModel(cfg.deployment, block_size, False, cfg.calibration, step_overhead_s=0.0).step_time(0, 0, b, ctx)
+    b, ctx, profile = max(1, round(batch)), int(context), cfg.profile()
+    penalty = profile.paged_penalty or cfg.calibration is not None      # (kernels only: no CPU in them)
+    kernels = replace(profile, overlap_cpu_step_s=0.0, overlap_cpu_seq_s=0.0, kernel_step_overhead=False)
+    paged, contiguous = (cost_model(cfg.deployment, block_size, p, cfg.calibration, kernels, *cfg.batch_limits(),
+                                    cfg.enforce_eager).step_time(0, 0, b, ctx) for p in (penalty, False))
     step = paged + profile.cpu_seconds(b)
     return paged - contiguous, bk.step_s(entries, allocs_frees, copy_entries), step
 

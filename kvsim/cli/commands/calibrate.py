@@ -40,12 +40,15 @@ def calibrate_engine(
 
         def kernel_seconds(batch: int, context: float) -> float:
             used.append(batch)
+            from dataclasses import replace
             from kvsim.cost.calibration import load_calibration
-            from kvsim.cost.roofline import CostModel
+            from kvsim.cost.select import cost_model        # the base's kernels (vllm-v1: its time model);
             from kvsim.specs import Deployment, get_gpu, get_model
             cal = load_calibration(calibration) if calibration else None
-            cost = CostModel(Deployment(get_model(model), get_gpu(gpu), tp), block_size,
-                             PROFILES[base].paged_penalty or cal is not None, cal, step_overhead_s=0.0)
+            base_kernels = replace(PROFILES[base], overlap_cpu_step_s=0.0, overlap_cpu_seq_s=0.0,
+                                   kernel_step_overhead=False)      # the rest is CPU not overlapped
+            cost = cost_model(Deployment(get_model(model), get_gpu(gpu), tp), block_size,
+                              PROFILES[base].paged_penalty or cal is not None, cal, base_kernels, max(batch, 256))
             return cost.step_time(0, 0, batch, round(batch * context))
 
         batches, cpu_s = read_cpu_times(csv_path, kernel_seconds)
