@@ -112,3 +112,13 @@ def test_command_line_errors_are_one_line(tmp_path):
                               "--json", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["requests_finished"] > 0
+
+
+def test_every_command_takes_a_gpu_file_through_gpu(tmp_path):
+    """`--gpu FILE.json` (kvsim capacity, compare, sweep grids, the Python API) reads the same file."""
+    from kvsim.planning.runs import make_config
+    path = write(tmp_path, {**GOOD, "memory_gib": 80, "hbm_gb_s": 3350, "bf16_tflops": 989})
+    cfg = make_config(model="llama-2-7b", gpu=str(path))
+    assert (cfg.deployment.gpu.name, cfg.deployment.gpu.memory_bytes) == ("my-gpu", 80 * GIB)
+    res = CliRunner().invoke(app, ["capacity", "--model", "llama-2-7b", "--gpu", str(path)])
+    assert res.exit_code == 0, res.output
