@@ -74,6 +74,9 @@ def test_all_reduce_by_tp_against_the_measured_points():
     assert all_reduce_s(16 * mib, 4, graph=True, **h100) == pytest.approx(20e-6 + 1.5 * 16 * mib / 360e9)  # NCCL
     assert all_reduce_s(mib, 2, "pcie", 0.0, 25e9, True) == pytest.approx(40e-6 + mib / 25e9)
     assert all_reduce_s(mib, 1, graph=True, **h100) == 0.0
+    # MI300X: one 64 GB/s link per peer, read in parallel: the same time at TP 2 and TP 8
+    for tp in (2, 8):
+        assert all_reduce_s(mib, tp, "xgmi", 448e9, 50e9, True) == pytest.approx(5.5e-6 + mib / (64e9 * 0.8))
 
 
 def test_all_reduce_term_of_a_step():

@@ -8,6 +8,8 @@ mode (`all_reduce_s`). Seconds and bytes. Every constant is read off component m
   TP 6 (measured 13) and 9.9 / 14.2 / 23.0 / 40.5 us for TP 4 at 0.5 / 1 / 2 / 4 MiB (measured 10 / 14 /
   23 / 38, vllm PR #24532);
   outside a CUDA graph (eager) alpha is AR_ALPHA_EAGER_S.
+- xGMI (MI300X): a full mesh, one link to each of the 7 peers (aggregate / XGMI_PEERS each), so a GPU
+  reads its tp - 1 peers in parallel: alpha + bytes / (link / 7 x LINK_EFFICIENCY), at any tp.
 - larger messages (prefill chunks): NCCL ring, NCCL_ALPHA_S + 2 (tp - 1) / tp x bytes / (link x eff).
 - no scale-up link ("pcie" GPUs: L40S, L4, A10G, RTX): NCCL over PCIe, PCIE_ALPHA_S + 2 (tp - 1) / tp x
   bytes / PCIe rate. ASSUMED: no measurement for these GPUs exists in the evidence (thin).
@@ -27,6 +29,9 @@ LINK_EFFICIENCY = 0.8
 #: vLLM's custom all-reduce buffer (vllm/distributed/device_communicators/custom_all_reduce.py,
 #: max_size = 8192 * 1024): larger messages go to NCCL.
 CUSTOM_AR_MAX_BYTES = 8 * 1024 * 1024
+#: Peers of one GPU on an 8-GPU xGMI platform, each over its own link (MI300X: 7 x 64 GB/s per direction,
+#: engine-evidence/gpus.csv "IF 7x128 = 896 GB/s"); NVLink through NVSwitch shares one per-GPU bandwidth.
+XGMI_PEERS = 7
 #: NCCL's fixed time per all-reduce in a graph: 16.8-19.9 us at 2-64 KB on 8 H100/H200-class GPUs
 #: (sglang PR #22734), 21-23 us at 0.5 MB for TP 4-6 (vllm PRs #24532, #24111).
 NCCL_ALPHA_S = 20e-6
@@ -46,5 +51,6 @@ def all_reduce_s(nbytes: float, tp: int, link: str, link_bytes_per_s: float, pci
         return PCIE_ALPHA_S + 2 * (tp - 1) / tp * nbytes / pcie_bytes_per_s
     rate = link_bytes_per_s * LINK_EFFICIENCY
     if nbytes <= CUSTOM_AR_MAX_BYTES:
-        return (AR_ALPHA_GRAPH_S if graph else AR_ALPHA_EAGER_S) + (tp - 1) * nbytes / rate
+        read = nbytes / (rate / XGMI_PEERS) if link == "xgmi" else (tp - 1) * nbytes / rate
+        return (AR_ALPHA_GRAPH_S if graph else AR_ALPHA_EAGER_S) + read
     return NCCL_ALPHA_S + 2 * (tp - 1) / tp * nbytes / rate
