@@ -97,6 +97,8 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
+    if profile.time_model == "vllm-v1" and kind is Scheduler:     # async scheduling: one step ahead
+        sched.async_lag, sched.arrival_times = True, trace.arrival_s.tolist()
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
     cost = cost_model(dep, page, penalty, cfg.calibration, profile, cfg.scheduler.max_num_seqs,
                       cfg.scheduler.max_batched_tokens, cfg.enforce_eager)    # roofline or vLLM V1's

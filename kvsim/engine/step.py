@@ -63,6 +63,10 @@ class Stepper:
         self._capped = getattr(cost, "capped", None) or None
         if self._capped is not None:
             scheduler.track_capped_reads(self._capped.groups)
+        # async scheduling (vLLM V1): the step starting when the previous one ends was scheduled when
+        # that one started, so it admits only requests that had arrived by then (`Admission.admit_cutoff`)
+        self.async_lag = getattr(scheduler, "async_lag", False)
+        self.last_step = (float("-inf"), float("-inf"))      # (start, end) of the last step run
 
     # -- timing: the one place a step's duration is computed -------------------------------------
     def step_seconds(self, plan: StepPlan) -> float:
@@ -134,6 +138,10 @@ class Stepper:
         `tables`: also copy every live sequence's block table into the plan (paged; the harness), and
         its tables per KV cache group (`group_tables`: the hybrid allocator's; else one group)."""
         sched = self.sched
+        if self.async_lag:
+            start, end = self.last_step
+            sched.admit_cutoff = start if abs(end - now) <= TIE * max(1.0, abs(now)) else now
+            sched.deferred = False
         plan = sched.schedule(now)
         if plan is None:
             return None
@@ -147,6 +155,7 @@ class Stepper:
         plan.durations.append(duration)
         plan.compute_bound.append(bound)
         sched.finish(plan, now + duration)
+        self.last_step = (now, now + duration)
         return plan
 
     # -- many steps at once -------------------------------------------------------------------
@@ -157,6 +166,8 @@ class Stepper:
         own = getattr(sched, "batch_window", None)      # static batching's windows (its own rules)
         if own is not None:
             return own(self, last, now, next_arrival)
+        if self.async_lag and sched.deferred:
+            return None      # a request deferred by async scheduling is admitted by the next step
         if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped) \
                 and not self._after_blocked_prefill(last):
             return None      # the next step may admit or swap in (else it only decodes: steady)
@@ -193,6 +204,7 @@ class Stepper:
          plan.starts, plan.durations, plan.waiting, plan.memory, plan.compute_bound, plan.finished) = (
             running, num_seqs, context + num_seqs, len(running), last.limited_by, ends[:k], durations[:k],
             waiting[:k], memory, bound, finished)
+        self.last_step = (plan.starts[-1], plan.end_s)
         return plan
 
     def _after_blocked_prefill(self, last: StepPlan) -> bool:

@@ -119,6 +119,8 @@ class Replica:
         sched, stepper = self.sched, self.stepper
         if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped):
             return None
+        if stepper.async_lag and sched.deferred:      # (async scheduling: the next step admits it)
+            return None
         if not last.waiting[-1] and sched.waiting:
             return None
         steady = sched.steady_decodes()
@@ -153,6 +155,7 @@ class Replica:
         sched, stepper, last = self.sched, self.stepper, window.last
         num_seqs, context = len(window.ids), window.context
         memory = sched.advance(window.ids, k)
+        stepper.last_step = (window.starts[k - 1], window.starts[k])     # (the last step run: async scheduling)
         starts = window.starts[:k]
         arrived = window.arrived
         queued = window.queued

@@ -39,11 +39,12 @@ def test_a_prompt_arriving_mid_decode_pauses_the_batch_under_vllm_2023_only():
     assert old.steps.prefill_tokens.tolist() == [10, 0, 10, 0, 0, 0]
     assert old.steps.decode_tokens.tolist() == [0, 1, 0, 2, 2, 1]
     assert old.requests.finished_s.tolist() == [6 * C, 5 * C]
-    # vllm-v1: B's prefill rides along A's decode in step 3, so A finishes a step earlier
-    assert new.steps.prefill_tokens.tolist() == [10, 0, 10, 0, 0]
-    assert new.steps.decode_tokens.tolist() == [0, 1, 1, 2, 2]
-    assert new.requests.finished_s.tolist() == [5 * C, 5 * C]
-    assert old.requests.first_token_s.tolist() == new.requests.first_token_s.tolist() == [C, 3 * C]
+    # vllm-v1: B's prefill rides along A's decode, so A never waits; but under async scheduling step 3 was
+    # scheduled when step 2 started (t = 1), before B arrived: B is admitted by step 4 (vllm PR #19970)
+    assert new.steps.prefill_tokens.tolist() == [10, 0, 0, 10, 0, 0]
+    assert new.steps.decode_tokens.tolist() == [0, 1, 1, 1, 2, 1]
+    assert new.requests.finished_s.tolist() == [5 * C, 6 * C]
+    assert old.requests.first_token_s.tolist() == [C, 3 * C] and new.requests.first_token_s.tolist() == [C, 4 * C]
     assert old.summary["engine_profile"] == "vllm-2023" and new.summary["engine_profile"] == "vllm-v1"
 
 

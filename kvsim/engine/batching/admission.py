@@ -12,7 +12,14 @@ _KV, _SEQS, _BUDGET = (LIMITS.index(name) for name in ("kv_memory", "max_num_seq
 
 class Admission:
     """`_admit`, its path for one-sequence requests (`_admit_one_each`) and its helpers (`_prefill_chunk`,
-    `_batch_fits`, `_fork_samples`, `_regrow`)."""
+    `_batch_fits`, `_fork_samples`, `_regrow`). Under async scheduling (`kvsim.engine.step.Stepper`
+    sets `admit_cutoff`) a request that arrived after `admit_cutoff` waits (`deferred`) for the next step:
+    vLLM V1 schedules step N + 1 while step N runs (vllm PR #19970)."""
+
+    admit_cutoff: float | None = None     # admit only requests that arrived by then (None: any)
+    deferred = False                      # whether the last admission stopped at that cutoff
+    arrival_times: tuple = ()             # request arrival times (s), set where the cutoff is used
+    async_lag = False                     # whether the stepper sets the cutoff (vllm-v1's time model)
 
     def _prefill_chunk(self, i: int, plan: StepPlan, budget: int) -> int:
         chunk = min(self.prefill_left[i], budget) if self.cfg.chunked_prefill else self.prefill_left[i]
@@ -37,8 +44,12 @@ class Admission:
             return self._admit_one_each(plan, budget, now)
         prompt, generated, output, n, waiting = self.prompt, self.generated, self.output, self.n, self.waiting
         block_ids, max_seqs, chunked = self.block_ids, cfg.max_num_seqs, cfg.chunked_prefill
+        cutoff = self.admit_cutoff
         while waiting and budget > 0:
             i = waiting[0]
+            if cutoff is not None and self.arrival_times[i] > cutoff:
+                self.deferred = True        # (async scheduling: it arrived after this step was scheduled)
+                break
             need = prompt[i] + generated[i]           # recompute re-prefills its outputs
             final = prompt[i] + output[i] - 1
             if self.running_seqs + n[i] > max_seqs:
@@ -102,8 +113,12 @@ class Admission:
         take_loaded = alloc.take_loaded_tokens if block_ids and alloc.cpu_tier is not None else None
         batch_fits = None if type(self)._batch_fits is Admission._batch_fits else self._batch_fits
         seqs, tokens, pairs, prefills, allocated = self.running_seqs, 0, 0, plan.prefills, plan.allocated
+        cutoff = self.admit_cutoff
         while waiting and budget > 0:
             i = waiting[0]
+            if cutoff is not None and self.arrival_times[i] > cutoff:
+                self.deferred = True        # (async scheduling: it arrived after this step was scheduled)
+                break
             need = prompt[i] + generated[i]            # recompute re-prefills its outputs
             final = prompt[i] + output[i] - 1
             if seqs + 1 > max_seqs:
