@@ -128,9 +128,11 @@ def test_error_table_of_a_tiny_made_up_run(tmp_path):
 
 
 def test_cli_validate_json_is_strict_and_names_the_definitions(tmp_path):
-    out = tmp_path / "v.json"
-    res = runner.invoke(app, ["validate", str(_run_folder(tmp_path)), "--json", str(out), "--quiet"])
+    out, png = tmp_path / "v.json", tmp_path / "v.png"
+    res = runner.invoke(app, ["validate", str(_run_folder(tmp_path)), "--json", str(out), "--figure", str(png),
+                              "--quiet"])
     assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
     assert doc["format"] == "kvsim-validation/1" and "inference-perf" in doc["metric_definitions"]
     assert set(doc["median_ape_pct"]) == {"e2e_ms", "ttft_ms", "itl_ms", "throughput_rps"}
@@ -151,6 +153,15 @@ def test_missing_measured_file_exits_2(tmp_path):
     (run / "measured.json").unlink()
     res = runner.invoke(app, ["validate", str(run)])
     assert res.exit_code == 2 and "measured.json" in res.output
+
+
+def test_offloading_connector_stores_every_block():
+    from kvsim.validation.server import server_flags
+    flags = {"max_num_seqs": 8, "max_num_batched_tokens": 512,
+             "kv_offloading": {"connector": "OffloadingConnector", "cpu_gib": 8}}
+    got = server_flags({"flags": flags}, "server.json")
+    assert got["cpu_kv_gib"] == 8 and got["cpu_kv_policy"] == "store-all"
+    assert server_flags({"flags": {**flags, "gpu_memory_utilization": "0.85 (set)"}}, "s")["gpu_mem_util"] == 0.85
 
 
 def test_unknown_gpu_is_reported_not_replayed(tmp_path):

@@ -115,10 +115,12 @@ def sim_to_real_cmd(runs: List[Path] = typer.Argument(..., help="Measured run fo
     replays = replay_all(measured)
     validate_s = time.perf_counter() - start
     start = time.perf_counter()
-    cal = calibrate(measured, get_profile(DEFAULT_PROFILE), scale=scale)
+    cal = calibrate(measured, get_profile(DEFAULT_PROFILE), scale=scale,
+                    defaults=replays if scale == 1.0 else None)
     calibrate_s = time.perf_counter() - start
-    for rep, fitted in zip(replays, cal.replays):
-        rep.loo = fitted.loo
+    if scale != 1.0:
+        for rep, fitted in zip(replays, cal.replays):
+            rep.loo = fitted.loo
     _write_report(sim_to_real_report(replays, cal, {"validate_s": validate_s, "calibrate_s": calibrate_s}),
                   out, force, "-o")
     typer.echo(f"wrote {out}/report.md and {out}/report.html")

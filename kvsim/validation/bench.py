@@ -43,7 +43,7 @@ def _rate(doc: dict, where: str) -> float:
 
 def read_bench_result(path: Path, server: dict):
     """A `MeasuredRun` from a `vllm bench serve` result JSON and the server description."""
-    from kvsim.validation.measured import MeasuredRun
+    from kvsim.validation.run import MeasuredRun
     doc = read_json_object(path, "vllm bench serve result")
     if "mean_ttft_ms" not in doc:
         raise ValueError(f"{path}: field 'mean_ttft_ms' is missing (not a `vllm bench serve --save-result` file?)")

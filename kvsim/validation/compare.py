@@ -72,8 +72,11 @@ def published(replays, metric_keys=(("e2e_ms", "-1:e2e_mean"), ("ttft_ms", "-1:t
     for r in replays:
         if not r.published:
             continue
-        ours = {m: row["ape_pct"] for row in rows([r]) for m, _ in metric_keys if row["metric"] == m}
-        out.append({"run": r.name, "simulator": "kvsim", **{m: ours.get(m) for m, _ in metric_keys}})
+        for key, label in (("predicted", "kvsim"), ("loo", "kvsim (leave-one-out calibrated)")):
+            if not getattr(r, key):
+                continue
+            ours = {m: row["ape_pct"] for row in rows([r], key=key) for m, _ in metric_keys if row["metric"] == m}
+            out.append({"run": r.name, "simulator": label, **{m: ours.get(m) for m, _ in metric_keys}})
         for sim, preds in sorted(r.published.items()):
             vals = {m: (preds.get(k) or {}).get("mape") for m, k in metric_keys}
             out.append({"run": r.name, "simulator": sim, **vals})

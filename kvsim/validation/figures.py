@@ -61,7 +61,8 @@ def latency_vs_rate(replays, metric: str = "e2e_ms") -> Figure:
         ax.set_yscale("log")
         ax.set_title(model.split("/")[-1], fontsize=9)
         ax.set_xlabel("rate (req/s)", fontsize=8)
-        ax.legend(fontsize=6, title="o measured, x kvsim", title_fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, title="o measured, x kvsim", title_fontsize=6)
     axes[0].set_ylabel(_LABELS.get(metric, metric))
     fig.tight_layout()
     return fig

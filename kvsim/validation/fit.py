@@ -81,6 +81,8 @@ def _simulate(run, profile, client, gpu, seed, scale):
         return rep, []
     cfg, trace, stage_of, result = rep.parts
     rep.parts = ()
+    if getattr(cfg.deployment, "dp", 1) > 1:     # several engines: no single step log to fit to
+        return rep, []
     return rep, rows_of(run, result, trace, stage_of, profile, cfg.deployment.tp, cfg.deployment.model.num_layers)
 
 
@@ -104,8 +106,9 @@ def _client_fixed(replays, runs, client: ClientPath) -> tuple[float, str | None]
 
 
 def calibrate(runs, base, gpu=None, seed: int = 0, scale: float = 0.25, loo: bool = True,
-              progress=None) -> CalibrationResult:
-    """Fit (module docstring); `base` an EngineProfile."""
+              progress=None, defaults=None) -> CalibrationResult:
+    """Fit (module docstring); `base` an EngineProfile; `defaults`: the runs' replays under `base` at
+    this `scale` when already made (else they are simulated here)."""
     say = progress or (lambda text: None)
     client = ClientPath()
     base_values = params_of(base)
@@ -124,7 +127,7 @@ def calibrate(runs, base, gpu=None, seed: int = 0, scale: float = 0.25, loo: boo
         values, why = _fit(rows, base_values)
         profile = with_values(base, values)
         say(f"iteration {it + 1}: " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
-    result_replays = [_simulate(run, base, ClientPath(), gpu, seed, scale)[0] for run in runs]
+    result_replays = defaults or [_simulate(run, base, ClientPath(), gpu, seed, scale)[0] for run in runs]
     calibrated_reps = [_simulate(run, profile, client, gpu, seed, scale)[0] for run in runs]
     fixed, reason = _client_fixed(calibrated_reps, runs, client)
     kept = dict(why)

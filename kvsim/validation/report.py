@@ -17,12 +17,14 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.0f}%" if v >= 10 else f"{v:.1f}%"
 
 
-def headline(default: dict, loo: dict) -> str:
+def headline(default: dict, loo: dict, replays) -> str:
     """The one sentence README's first page carries."""
+    done = [r for r in replays if not r.skip]
+    versions = ", ".join(sorted({f"{r.gpu} ({sum(1 for q in done if q.gpu == r.gpu)})" for r in done}))
     d = ", ".join(f"{_NAMES[m]} {_pct(default[m])}" for m in HEADLINE)
     l = ", ".join(f"{_NAMES[m]} {_pct(loo[m])}" for m in HEADLINE)
-    return (f"On 16 measured vLLM 0.15.1 runs on H100s (`real-runs/`), kvsim's default profile misses by a "
-            f"median of {d}; after leave-one-out calibration to the other runs ({'`kvsim calibrate`'}), by {l}.")
+    return (f"On {len(done)} measured vLLM servers (`real-runs/`: {versions}), kvsim's default profile misses by "
+            f"a median of {d}; after leave-one-out calibration to the other runs (`kvsim calibrate`), by {l}.")
 
 
 def _run_table(replays) -> pd.DataFrame:
@@ -60,7 +62,7 @@ def sim_to_real_report(replays, calibration, wall: dict):
     from kvsim.planning.reports.document import Report
     default, loo = medians(rows(replays)), medians(rows(replays, key="loo"))
     rep = Report("kvsim against real vLLM servers (sim-to-real)")
-    rep.paragraph(headline(default, loo))
+    rep.paragraph(headline(default, loo, replays))
     rep.paragraph(
         "Each run of the development set (`real-runs/`, its README gives sources and licences) is replayed "
         "with `kvsim validate`: the workload regenerated as the client sent it (inference-perf's "
@@ -84,12 +86,13 @@ def sim_to_real_report(replays, calibration, wall: dict):
         pm = published_medians(pub)
         rep.table("published_medians", pd.DataFrame([{"simulator": k, **v} for k, v in pm.items()]),
                   "Median APE (%) over the runs that the sim-to-real study also gave to other simulators "
-                  "(`published_simulator_predictions` in measured.json); kvsim with the default profile.")
+                  "(`published_simulator_predictions` in measured.json); kvsim with the default profile and "
+                  "after leave-one-out calibration.")
         rep.table("published", pd.DataFrame(pub), "Per run and simulator, APE (%).")
     rep.heading("Calibration")
     cal = calibration.to_dict()
-    rep.paragraph("Fitted (`kvsim calibrate`, all sustained runs, traces at "
-                  f"{calibration.scale:g} of each stage): " + ", ".join(f"`{k}` = {v:.4g}" for k, v in cal["fitted"].items())
+    share = "whole stages" if calibration.scale >= 1 else f"{calibration.scale:g} of each stage"
+    rep.paragraph(f"Fitted (`kvsim calibrate`, all sustained runs, {share}): " + ", ".join(f"`{k}` = {v:.4g}" for k, v in cal["fitted"].items())
                   + f", `client_fixed_s` = {calibration.client.fixed_s:.4g}. Kept at the base value: "
                   + ("; ".join(f"`{k}`: {v}" for k, v in cal["kept_at_base"].items()) or "none") + ".")
     rep.heading("Figures")

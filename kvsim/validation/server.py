@@ -2,7 +2,7 @@
 
 Flags read (vLLM's names): max_model_len, max_num_batched_tokens, max_num_seqs, gpu_memory_utilization,
 enable_prefix_caching, enable_chunked_prefill, block_size, kv_cache_dtype, and kv_offloading.cpu_gib (the
-CPU KV tier, GiB). A flag written as text ("0.9 (vLLM default; ...)", "vLLM 0.19 default (on)") is read
+CPU KV tier, GiB; with vLLM's OffloadingConnector every computed block is stored there, `store-all`). A flag written as text ("0.9 (vLLM default; ...)", "vLLM 0.19 default (on)") is read
 for its leading number or its "(on)"/"(off)"; "model default" leaves the model's own maximum length.
 """
 
@@ -92,6 +92,8 @@ def server_flags(server: dict, where: str) -> dict:
     offload = flags.get("kv_offloading")
     if isinstance(offload, dict) and offload.get("cpu_gib"):
         out["cpu_kv_gib"] = _number(offload["cpu_gib"], "kv_offloading.cpu_gib", where)
+        if offload.get("connector") == "OffloadingConnector":    # stores every computed block (vLLM's)
+            out["cpu_kv_policy"] = "store-all"
     return out
 
 

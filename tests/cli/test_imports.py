@@ -92,7 +92,7 @@ def test_lazy_commands_are_listed_as_if_loaded():
                                                       "COLUMNS": "200"}).stdout
     lines = out.splitlines()
     assert "meeting it, its latency-against-rate curve" in out   # the widest list shows long summaries
-    assert int(lines[-1]) == 19   # usage, text, options and the eleven commands, with blank lines between
+    assert int(lines[-1]) == 22   # usage, text, options and the fourteen commands, with blank lines between
 
 
 def test_lazy_command_runs_and_reports_bad_input():
