@@ -47,3 +47,15 @@ def test_a_request_arriving_mid_step_waits_one_more_step():
     assert both.steps.prefill_tokens.tolist()[:3] == [100, 0, 100]
     assert first[1] == pytest.approx(starts[2] + both.steps.duration_s.tolist()[2])
     assert first[0] == pytest.approx(steps[0])
+
+
+def test_a_request_arriving_during_the_last_step_is_not_stranded():
+    # request 1 arrives while request 0's only step runs; the step scheduled ahead is empty, so the
+    # engine schedules again when that step ends and admits request 1 then
+    from kvsim.trace.table import Trace
+    cfg = make_config(model="llama-2-7b", gpu="h100-80gb")
+    run = simulate(Trace.from_arrays([0.0, 1e-6], [100, 100], [1, 1]), cfg)
+    assert run.summary["requests_finished"] == 2
+    ends = run.steps.time_s + run.steps.duration_s
+    assert run.requests.first_token_s.tolist() == [pytest.approx(ends[0]), pytest.approx(ends[1])]
+    assert run.steps.time_s.tolist()[1] == pytest.approx(ends[0])       # no idle gap

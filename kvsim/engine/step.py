@@ -143,6 +143,11 @@ class Stepper:
             sched.admit_cutoff = start if abs(end - now) <= TIE * max(1.0, abs(now)) else now
             sched.deferred = False
         plan = sched.schedule(now)
+        if plan is None and self.async_lag and sched.deferred:
+            # the step scheduled ahead was empty (nothing ran): the engine schedules again now, and
+            # sees what arrived meanwhile
+            sched.admit_cutoff, sched.deferred = now, False
+            plan = sched.schedule(now)
         if plan is None:
             return None
         plan.waiting.append(len(sched.waiting))

@@ -68,7 +68,8 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
         else:
             self._admit(plan, budget, now)
         if not (plan.prefills or plan.decodes or plan.swap_tokens):
-            if self.waiting and not (self.running or self.swapped):
+            # (a head deferred by async scheduling waits for the next step, not for room)
+            if self.waiting and not (self.running or self.swapped or self.deferred):
                 self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
                 return self.schedule(now)
             return None
