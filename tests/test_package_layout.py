@@ -193,7 +193,8 @@ def test_only_the_scheduler_reaches_the_allocators():
     users = {m for m, deps in graph.items() if m.startswith("kvsim.engine.")
              and any(d == "kvsim.alloc" or d.startswith("kvsim.alloc.") for d in deps)}
     assert users <= {"kvsim.engine.batching.scheduler", "kvsim.engine.batching.request_state",
-                     "kvsim.engine.batching.lazy_decode", "kvsim.engine.build", "kvsim.engine.config"}, users
+                     "kvsim.engine.batching.lazy_decode", "kvsim.engine.build", "kvsim.engine.config",
+                     "kvsim.engine.vllm2023.scheduler"}, users
     assert "kvsim.engine.step" not in users
 
 

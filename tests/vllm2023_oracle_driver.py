@@ -13,7 +13,8 @@ sample shorter than its request stops as at its end-of-sequence token), `free_fi
     python tests/vllm2023_oracle_driver.py CASES.json OUT.json [--version 0.1.4]
 
 CASES.json: [{"trace": "trace.jsonl[.gz]", "num_blocks": N, "block_size": B, "max_num_seqs": 256,
-"max_num_batched_tokens": 2560, "max_model_len": 2048, "cpu_blocks": C, "seed": 0, "beam_death_rate": 0.05}]
+"max_num_batched_tokens": 2560, "max_model_len": 2048, "cpu_blocks": C, "seed": 0, "beam_death_rate": 0.05,
+"preemption": "auto" or "swap"}]
 (all but the first three optional). Trace lines: {"id", "prompt_len", "output_len", "arrival_step",
 "n", "beam_width", "output_tokens_per_sample"} (the last three optional). Beams die and fork as
 kvsim's seeded `BeamModel` says (the same draws kvsim makes: the fake model's choice of beams, shared
@@ -120,6 +121,9 @@ def run_case(v: types.SimpleNamespace, records: list[dict], case: dict) -> dict:
             return fn(seq_group, *args, **kwargs)
         setattr(sched, name, wrapped)
 
+    if case.get("preemption") == "swap":     # every victim swapped (the paper's Fig. 19 swap runs)
+        preempt, swap_mode = sched._preempt, v.scheduler.PreemptionMode.SWAP
+        sched._preempt = lambda group, blocks_out, mode=None: preempt(group, blocks_out, swap_mode)
     hook("_allocate", sched._allocate, lambda g, a: "admitted")
     hook("_preempt_by_recompute", sched._preempt_by_recompute, lambda g, a: "recomputed")
     hook("_preempt_by_swap", sched._preempt_by_swap, lambda g, a: "swapped_out")

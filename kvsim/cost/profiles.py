@@ -74,7 +74,10 @@ class EngineProfile:
     the batch's longest sequence; worker `_prepare_inputs`) or "persistent" (V1: new blocks appended to a
     persistent table whose first `batch` rows, max_model_len / block wide, are copied; v1/worker/block_table.py);
     scheduler_defaults: the batch limits a run takes without --max-num-seqs / --max-num-batched-tokens,
-    "vllm-v1" (per GPU, as `vllm serve`) or "fixed" (256 and 8192; `kvsim.engine.batching.defaults`);
+    "vllm-v1" (per GPU, as `vllm serve`), "vllm-0.1.4" (256 and 2560) or "fixed" (256 and 8192;
+    `kvsim.engine.batching.defaults`); policy: the scheduling policy on paged memory, "kvsim" (the engine's
+    own, `kvsim.engine.batching.scheduler`) or "vllm-0.1.4" (vLLM 0.1.4's, `kvsim.engine.vllm2023`: checked
+    step for step against that version's code);
     time_model: the kernel cost model, "roofline" (`kvsim.cost.roofline`, Vidur's eager-mode operator
     constants) or "vllm-v1" (`kvsim.cost.v1_time`: CUDA graphs, custom all-reduce, async scheduling);
     overlap_cpu_step_s, overlap_cpu_seq_s: under "vllm-v1", the CPU work per step and per sequence that
@@ -98,6 +101,7 @@ class EngineProfile:
     time_model: str = "roofline"
     overlap_cpu_step_s: float = 0.0
     overlap_cpu_seq_s: float = 0.0
+    policy: str = "kvsim"
 
     def __post_init__(self) -> None:
         for field in ("cpu_step_s", "cpu_seq_s", "overlap_cpu_step_s", "overlap_cpu_seq_s"):
@@ -111,8 +115,11 @@ class EngineProfile:
             raise ValueError(f"engine profile {self.name!r}: block_table must be padded-longest or persistent")
         if self.time_model not in ("roofline", "vllm-v1"):
             raise ValueError(f"engine profile {self.name!r}: time_model must be roofline or vllm-v1")
-        if self.scheduler_defaults not in ("vllm-v1", "fixed"):
-            raise ValueError(f"engine profile {self.name!r}: scheduler_defaults must be vllm-v1 or fixed")
+        if self.scheduler_defaults not in ("vllm-v1", "vllm-0.1.4", "fixed"):
+            raise ValueError(f"engine profile {self.name!r}: scheduler_defaults must be vllm-v1, vllm-0.1.4 "
+                             "or fixed")
+        if self.policy not in ("kvsim", "vllm-0.1.4"):
+            raise ValueError(f"engine profile {self.name!r}: policy must be kvsim or vllm-0.1.4")
 
     def cpu_seconds(self, num_seqs: int) -> float:
         """CPU time of a step that runs `num_seqs` sequences (prefilling and decoding), seconds."""
@@ -148,7 +155,8 @@ VLLM_V1_PREFIX_CACHING = True
 PROFILES: dict[str, EngineProfile] = {p.name: p for p in (
     EngineProfile("vllm-2023", separate_prefill=True, swap_multi_sequence=True,
                   cpu_step_s=VLLM_V0_CPU_STEP_S, cpu_seq_s=VLLM_V0_CPU_SEQ_S, paged_penalty=True,
-                  source=CPU_VARIANTS["vllm-2023"]["central"][2], kernel="vllm-v0-paged", variant="central"),
+                  source=CPU_VARIANTS["vllm-2023"]["central"][2], kernel="vllm-v0-paged", variant="central",
+                  scheduler_defaults="vllm-0.1.4", policy="vllm-0.1.4"),
     EngineProfile("vllm-v1", chunked_prefill=True, cpu_step_s=ASYNC_GAP_S, cpu_seq_s=0.0,
                   overlap_cpu_step_s=VLLM_V1_CPU_STEP_S, overlap_cpu_seq_s=VLLM_V1_CPU_SEQ_S,
                   prefix_caching=VLLM_V1_PREFIX_CACHING,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
+from kvsim.alloc.paged.allocator import PagedAllocator
 from kvsim.engine.config import SimConfig, concurrent_batches, kv_cache_plan, kv_capacity
 from kvsim.cost.adjusted import adjust_cost
 from kvsim.cost.roofline import CostModel
@@ -95,6 +96,10 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
             def block_ids(i: int) -> list[int]:
                 return trace.prompt_block_ids(i, page)
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
+    if kind is Scheduler and profile.policy == "vllm-0.1.4" and type(alloc) is PagedAllocator \
+            and not cache.prefix_caching:
+        from kvsim.engine.vllm2023.scheduler import SchedulerV0
+        kind = SchedulerV0          # vLLM 0.1.4's policy (the vllm-2023 profile on paged memory)
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     if profile.time_model == "vllm-v1" and kind is Scheduler:     # async scheduling: one step ahead

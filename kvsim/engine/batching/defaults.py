@@ -14,9 +14,12 @@ by the engine profile's scheduler defaults (`EngineProfile.scheduler_defaults`) 
   at most `max_num_seqs x max_model_len`; a defaulted `max_num_seqs` at most the token budget. (vLLM
   excludes A100s from the middle tier after vllm-project/vllm#17885 measured a larger budget slowing
   them down.) `vllm run`'s offline `LLM` class doubles the budgets on H100/H200; kvsim models serving.
+- "vllm-0.1.4": 256 sequences and 2560 tokens on every GPU, vLLM 0.1.x's `EngineArgs` defaults
+  (vllm/engine/arg_utils.py of 0.1.2, 0.1.4 and 0.1.7: `max_num_batched_tokens: int = 2560`,
+  `max_num_seqs: int = 256`), the `vllm-2023` profile's (the paper's engine, `kvsim.engine.vllm2023`).
 - "fixed": 256 sequences and 8192 tokens on every GPU, kvsim's defaults before per-GPU defaults (the
-  `vllm-2023` and `ideal` profiles keep them, so the paper's figures are unchanged; vLLM 0.2 had
-  max_num_seqs 256 and a 2560-token budget raised to the maximum length).
+  `ideal` profile keeps them; vLLM 0.2 had max_num_seqs 256 and a 2560-token budget raised to the
+  maximum length).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ VLLM_V1_LARGE = (16384, 1024)        # >= 160 GiB
 VLLM_V1_HOPPER = (8192, 1024)        # >= 70 GiB, not an A100
 VLLM_V1_SMALL = (2048, 256)          # the rest
 FIXED = (8192, 256)
-SCHEDULER_DEFAULTS = ("vllm-v1", "fixed")
+VLLM_0_1 = (2560, 256)               # vLLM 0.1.x EngineArgs (table above)
+SCHEDULER_DEFAULTS = ("vllm-v1", "vllm-0.1.4", "fixed")
 
 
 def tier_defaults(kind: str, gpu_name: str, gpu_memory_bytes: int) -> tuple[int, int]:
@@ -42,6 +46,8 @@ def tier_defaults(kind: str, gpu_name: str, gpu_memory_bytes: int) -> tuple[int,
     """
     if kind == "fixed":
         return FIXED
+    if kind == "vllm-0.1.4":
+        return VLLM_0_1
     if kind != "vllm-v1":
         raise ValueError(f"unknown scheduler defaults {kind!r}; known: {', '.join(SCHEDULER_DEFAULTS)}")
     if gpu_memory_bytes >= 160 * GIB:
