@@ -73,7 +73,10 @@ def test_short_requests_want_smaller_blocks_than_long_ones():
         assert r.recommended in (8, 32) and str(r.recommended) in r.reason
     loss = {k: r.curve.capacity_tokens_per_s.iloc[-1] / r.curve.capacity_tokens_per_s.max()
             for k, r in results.items()}
-    assert loss["alpaca"] < loss["sharegpt"] - 0.15
+    # Alpaca loses more; under vLLM 0.1.4's policy (vllm-2023) ShareGPT loses much at 128-token blocks
+    # too: 6 GiB hold about 61 of them, and every running sequence needs a free block at every step
+    # (`can_append_slot`), so it preempts often (0.56 of its best; 0.90 under the engine's own policy)
+    assert loss["alpaca"] < loss["sharegpt"] < 0.7
     assert alpaca.recommended <= share.recommended
 
 

@@ -106,13 +106,12 @@ class SchedulerV0(Scheduler):
             many = len(seqs) > 1
             own = generated[i] if many else 0        # (kvsim's recompute of several samples)
             alloc.allocate(seqs[0], tokens - own, prompt[i] + output[i] - 1)
-            plan.allocated.append((seqs[0], 0))
             if many:
                 self._fork_samples(seqs)
+                if own and not self._regrow(seqs, own):     # (undone: every sample freed again)
+                    return _KV
                 plan.forked.extend((seqs[0], s) for s in seqs[1:])
-                if own:
-                    for s in seqs:
-                        plan.copies.extend(alloc.append(s, own))
+            plan.allocated.append((seqs[0], 0))
             waiting.popleft()
             self.kv_len[i], self.prefill_left[i] = tokens, tokens - own + own * len(seqs)
             if self.admitted_s[i] != self.admitted_s[i]:     # NaN: first admission

@@ -38,11 +38,17 @@ def test_the_largest_tier_needs_160_gib():
     assert tier_defaults("vllm-v1", "x", 70 * GIB - 1) == (2048, 256)
 
 
-@pytest.mark.parametrize("profile", ["vllm-2023", "ideal"])
 @pytest.mark.parametrize("gpu", ["h100-80gb", "a100-40gb"])
-def test_older_profiles_keep_256_and_8192(profile, gpu):
-    cfg = make_config(model="opt-13b", gpu=gpu, engine_profile=profile).resolved()
+def test_ideal_keeps_256_and_8192(gpu):
+    cfg = make_config(model="opt-13b", gpu=gpu, engine_profile="ideal").resolved()
     assert (cfg.scheduler.max_num_seqs, cfg.scheduler.max_batched_tokens) == (256, 8192)
+
+
+@pytest.mark.parametrize("gpu", ["h100-80gb", "a100-40gb"])
+def test_vllm_2023_takes_vllm_0_1_defaults(gpu):
+    """vLLM 0.1.x's EngineArgs: max_num_seqs 256, max_num_batched_tokens 2560 on every GPU."""
+    cfg = make_config(model="opt-13b", gpu=gpu, engine_profile="vllm-2023").resolved()
+    assert (cfg.scheduler.max_num_seqs, cfg.scheduler.max_batched_tokens) == (256, 2560)
 
 
 def test_vllm_adjusts_a_defaulted_budget_to_the_model_length():

@@ -4,10 +4,13 @@ per-sequence path step by step, under the preemption churn of a small cache, wit
 samples (a fork's shared partly filled block) and prefix caching (one-slot decode blocks are registered
 on both paths); and ticks of one-slot blocks by hand."""
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from kvsim.alloc import PagedAllocator
+from kvsim.cost.profiles import get_profile
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
@@ -33,6 +36,9 @@ def test_small_block_ticks_equal_per_sequence_steps(seed, block_size, slots, swa
     sched = {"preemption": "swap" if swap else "recompute"}
     if profile == "vllm-2023":
         sched["chunked_prefill"] = False
+        # (on paged memory vllm-2023 runs vLLM 0.1.4's own policy, which has no lazy path: the engine's
+        # own separate-prefill policy is what ticks here)
+        profile = replace(get_profile("vllm-2023"), policy="kvsim")
     cfg = SimConfig(DEP, CacheConfig(block_size=block_size, num_blocks=max(slots // block_size, 80 // block_size),
                                      swap_gib=0.05 if swap else 0, prefix_caching=prefix),
                     SchedulerConfig(**sched), engine_profile=profile)
