@@ -12,7 +12,7 @@ TokensOpt = typer.Option(None, "--max-batched-tokens", "--max-num-batched-tokens
                          help="Most tokens computed in one step (also sizes the activation reserve and, for "
                          "sliding-window and chunked-local layers, vLLM's blocks per request). Default: the "
                          "engine profile's; vllm-v1 as `vllm serve`: 8192 on H100/H200, 2048 on A100/L4/A10G, "
-                         "16384 at >= 160 GiB; vllm-2023 and ideal: 8192.")
+                         "16384 at >= 160 GiB; vllm-2023: 2560 (vLLM 0.1.x); ideal: 8192.")
 SeqsOpt = typer.Option(None, "--max-num-seqs", min=1, help="Most sequences in one batch. Default: the engine "
                        "profile's; vllm-v1 as `vllm serve`: 1024 on H100/H200 and >= 160 GiB, 256 on "
                        "A100/L4/A10G; vllm-2023 and ideal: 256.")
