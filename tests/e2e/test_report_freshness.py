@@ -25,7 +25,7 @@ REPORTS = ROOT / "reports"
 #: and fails once one is fresh again, so the entry cannot outlive its cause.
 #: TODO(issue 18): the fidelity branch regenerates reports/vllm-paper with the new CPU constants;
 #: remove this entry after merging it (and `make reports`).
-KNOWN_STALE: dict[str, str] = {  # issue 37: vllm-v1's time model (kvsim/cost/v1_time.py)
+KNOWN_STALE: dict[str, str] = {  # issues 37 and 39: vllm-v1 time model, vllm-2023 policy
     "block-size-alpaca": "profile changed: regenerate with make reports",
     "block-size-sharegpt": "profile changed: regenerate with make reports",
     "fleet-mooncake": "profile changed: regenerate with make reports",
