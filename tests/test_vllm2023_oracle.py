@@ -29,8 +29,7 @@ from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 from tests.engine_loop import engine_steps
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "vllm2023_oracle"
+DATA = Path(__file__).parent / "data" / "vllm2023_oracle"
 KEYS = ("step", "prompt_run", "admitted", "recomputed", "swapped_out", "swapped_in", "finished",
         "scheduled_tokens", "used_peak", "cpu_used_peak")
 
@@ -125,20 +124,28 @@ def test_fast_forward_windows_are_exercised():
     assert c["final"]["preemptions"] == 68
 
 
+def _driver():
+    """tests/vllm2023_oracle_driver.py as a module (by path: the tests are not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("vllm2023_oracle_driver", Path(__file__).parent / "vllm2023_oracle_driver.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _tarballs() -> Path | None:
-    from tests.vllm2023_oracle_driver import TARBALLS
-    return TARBALLS
+    return _driver().TARBALLS
 
 
 @pytest.mark.long
 @pytest.mark.skipif(_tarballs() is None, reason="no vLLM 0.1.x tarballs (../shared/vllm-2023)")
 def test_stored_records_equal_live_vllm_0_1_4():
     """vLLM 0.1.4 rerun (unpacked from its tarball) gives the stored records of a few cases."""
-    import tests.vllm2023_oracle_driver as driver
+    driver = _driver()
     v = driver.load_vllm("0.1.4")
     picked = [c for c in stored_cases() if c["block_size"] == 16 and c["num_blocks"] in (48, 64)]
     assert len(picked) >= 8
     for c in picked:
         case = {k: c[k] for k in c if k not in ("steps", "final")}
-        got = driver.run_case(v, driver.read_trace(str(ROOT / c["trace"])), case)
+        got = driver.run_case(v, driver.read_trace(str(DATA / Path(c["trace"]).name)), case)
         assert got["steps"] == c["steps"], _label(c)

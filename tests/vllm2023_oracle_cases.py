@@ -75,7 +75,8 @@ def cases() -> list[dict]:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tests.vllm2023_oracle_driver as driver
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vllm2023_oracle_driver as driver
     DATA.mkdir(parents=True, exist_ok=True)
     for t in TRACES:
         text = "".join(json.dumps(r) + "\n" for r in make_trace(t))

@@ -34,7 +34,7 @@ import tarfile
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "kvsim" / "__init__.py").exists())
 #: where the tarballs are: $VLLM2023_DIR, else shared/vllm-2023 beside the repo or one level up (a worktree)
 TARBALLS = next((p for p in [Path(d) for d in filter(None, [os.environ.get("VLLM2023_DIR")])]
                  + [ROOT.parent / "shared" / "vllm-2023", ROOT.parent.parent / "shared" / "vllm-2023"]
