@@ -127,8 +127,14 @@ class SchedulerV0(Scheduler):
         """The decode step's slots (module docstring, 2)."""
         alloc, running, n, kv_len = self.alloc, self.running, self.n, self.kv_len
         running.sort()                           # trace order is arrival order
-        j = 0
+        j, passed, stride = 0, 0, self.stride   # groups done, their sequences
         while j < len(running):
+            if alloc.num_free_blocks >= self.running_seqs - passed:
+                # every check left passes: a sequence takes at most one block a step (a new one or a
+                # copy), so before each group at least its own sequences' blocks are still free
+                alloc.append_each(self._decoding_seq_ids(running[j:]) if j else self._decoding_seq_ids(running),
+                                  0, plan.copies)
+                break
             i = running[j]
             while alloc.num_free_blocks < n[i]:
                 victim = running[-1]
@@ -136,8 +142,12 @@ class SchedulerV0(Scheduler):
                 if victim == i:
                     break
             else:
-                for s in self.seq_ids(i):
-                    plan.copies.extend(alloc.append(s))
+                if n[i] == 1:
+                    plan.copies.extend(alloc.append(i * stride))
+                else:
+                    for s in self.seq_ids(i):
+                        plan.copies.extend(alloc.append(s))
+                passed += n[i]
                 j += 1
         for i in running:
             kv_len[i] += 1
