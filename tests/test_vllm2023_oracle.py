@@ -9,7 +9,8 @@ swapped in and finished, the tokens scheduled, the GPU blocks used after schedul
 holding swapped requests; and the requests dropped as ignored. No vLLM needed.
 
 Live (`--long`): when ../shared/vllm-2023 holds the tarballs, vLLM 0.1.4 itself is rerun over a few
-cases (unpacked to ~/.cache/kvsim-vllm2023) and must give the stored records.
+cases (unpacked to ~/.cache/kvsim-vllm2023) and must give the stored records, and over 160 random traces
+and cases (samples, beams, limits, swap of every victim; about 2,500 preemptions) kvsim must equal it.
 """
 
 from __future__ import annotations
@@ -149,3 +150,45 @@ def test_stored_records_equal_live_vllm_0_1_4():
         case = {k: c[k] for k in c if k not in ("steps", "final")}
         got = driver.run_case(v, driver.read_trace(str(DATA / Path(c["trace"]).name)), case)
         assert got["steps"] == c["steps"], _label(c)
+
+
+def _random_case(seed: int) -> tuple[list[dict], dict]:
+    """A random trace (1-40 requests: single, samples of their own lengths, beams) and case."""
+    import random
+    rng = random.Random(seed)
+    recs, step = [], 0
+    for k in range(rng.randint(10, 40)):
+        step += rng.choice((0, 0, 1, 3))
+        r = {"id": f"r{k}", "prompt_len": rng.randint(1, 150), "output_len": rng.randint(1, 80), "arrival_step": step}
+        u = rng.random()
+        if u < 0.2:
+            r["n"] = rng.randint(2, 4)
+            r["output_tokens_per_sample"] = [r["output_len"]] + [rng.randint(1, r["output_len"]) for _ in range(r["n"] - 1)]
+        elif u < 0.35 and r["output_len"] > 2:
+            r["beam_width"] = rng.randint(2, 3)
+        recs.append(r)
+    b, slots = rng.choice((8, 16, 32)), rng.choice((768, 1024, 1536))
+    return recs, {"block_size": b, "num_blocks": slots // b, "max_num_seqs": rng.choice((256, 256, 8)),
+                  "max_num_batched_tokens": rng.choice((2560, 2560, 200)), "max_model_len": 2048,
+                  "cpu_blocks": 4 * slots // b, "preemption": rng.choice(("auto", "auto", "swap"))}
+
+
+@pytest.mark.long
+@pytest.mark.skipif(_tarballs() is None, reason="no vLLM 0.1.x tarballs (../shared/vllm-2023)")
+def test_random_cases_equal_live_vllm_0_1_4():
+    """160 random traces and cases through vLLM 0.1.4 itself and kvsim: every step equal."""
+    driver = _driver()
+    v = driver.load_vllm("0.1.4")
+    preemptions, diffs = 0, []
+    for seed in range(160):
+        recs, case = _random_case(seed)
+        want = driver.run_case(v, recs, case)
+        assert not want["final"]["aborted"], seed
+        preemptions += want["final"]["preemptions"]
+        got, dropped = run_kvsim(recs, case)
+        why = mismatch(got, want["steps"]) or ("" if sorted(dropped) == sorted(
+            x for s in want["steps"] for x in s["ignored"]) else "dropped requests differ")
+        if why:
+            diffs.append(f"seed {seed}: {why}")
+    assert not diffs, "\n".join(diffs)
+    assert preemptions > 2000
