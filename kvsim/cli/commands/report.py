@@ -275,6 +275,9 @@ def report_cmd(
             sizes = _ints(block_sizes, "--block-sizes")
             tr = _workload(trace, preset, rate, duration, num_requests, seed)
             flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
+            from kvsim.engine.config import kv_capacity
+            from kvsim.planning.runs import make_config
+            kv_capacity(make_config(**flags))       # a bad value fails here, before any run or progress line
             if fleet_only:
                 from kvsim.planning.studies.fleet_report import fleet_report
                 rep = fleet_report(tr, title, flags, **fleet)
