@@ -11,7 +11,7 @@ Scenario: every input runs in this process through typer's CliRunner with a 30 s
 
     PYTHONPATH=$PWD python bench/probe_flags_and_configs.py          # prints counts per command
 
-Model-config mutations follow tests/test_hf_config_fields.py: an integer field kvsim reads set to 0, -1,
+Model-config mutations follow tests/specs/hf/test_fields.py: an integer field kvsim reads set to 0, -1,
 NaN, a string, 10^12 or 1.5 must be refused naming it; deleting or nulling a field may be accepted.
 """
 

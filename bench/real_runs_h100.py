@@ -18,7 +18,7 @@ import numpy as np
 from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.engine.sim import simulate
 from kvsim.specs import Deployment, get_gpu
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 from kvsim.trace.table import Trace
 
 RUNS = Path(__file__).resolve().parents[2] / "shared" / "real-runs"

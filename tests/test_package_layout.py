@@ -194,7 +194,7 @@ def test_only_the_scheduler_reaches_the_allocators():
              and any(d == "kvsim.alloc" or d.startswith("kvsim.alloc.") for d in deps)}
     assert users <= {"kvsim.engine.batching.scheduler", "kvsim.engine.batching.request_state",
                      "kvsim.engine.batching.lazy_decode", "kvsim.engine.build", "kvsim.engine.config",
-                     "kvsim.engine.vllm2023.scheduler"}, users
+                     "kvsim.engine.batching.vllm2023.scheduler"}, users
     assert "kvsim.engine.step" not in users
 
 

@@ -106,7 +106,7 @@ def _build(model, model_config, gpu, tp, kv_gib, num_blocks, gpu_mem_util, block
     from kvsim.cost.profiles import get_profile
     from kvsim.specs import Deployment, get_gpu, get_model
     from kvsim.specs.gpu import load_gpu_config
-    from kvsim.specs.hf_config import load_hf_config
+    from kvsim.specs.hf.config import load_hf_config
 
     spec = load_hf_config(model_config) if model_config else get_model(model)
     spec = spec.with_kv_cache_dtype(kv_cache_dtype).with_max_model_len(max_model_len)

@@ -33,15 +33,15 @@ LAZY: dict[str, LazyCommand] = {
         "kvsim.cli.commands.calibrate:calibrate_engine",
         "Fit CPU seconds per step = fixed + per-sequence x batch size to measured step times."),
     "validate": LazyCommand(
-        "kvsim.cli.validate:validate_cmd",
+        "kvsim.cli.commands.validate:validate_cmd",
         "Replay measured vLLM runs through kvsim with the server's flags: per run and metric the measured "
         "value, the prediction and the absolute percentage error (%), with medians over runs."),
     "calibrate": LazyCommand(
-        "kvsim.cli.validate:calibrate_cmd",
+        "kvsim.cli.commands.validate:calibrate_cmd",
         "Fit CPU time per step and per sequence, GPU kernel-time scale, all-reduce latency and the client "
         "path to measured runs; write an engine profile and report the leave-one-out error."),
     "sim-to-real": LazyCommand(
-        "kvsim.cli.validate:sim_to_real_cmd",
+        "kvsim.cli.commands.validate:sim_to_real_cmd",
         "The sim-to-real report: per run measured, predicted with the default profile and after "
         "leave-one-out calibration, errors, medians, published simulators beside kvsim, figures."),
     "capacity": LazyCommand(

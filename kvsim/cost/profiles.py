@@ -76,7 +76,7 @@ class EngineProfile:
     scheduler_defaults: the batch limits a run takes without --max-num-seqs / --max-num-batched-tokens,
     "vllm-v1" (per GPU, as `vllm serve`), "vllm-0.1.4" (256 and 2560) or "fixed" (256 and 8192;
     `kvsim.engine.batching.defaults`); policy: the scheduling policy on paged memory, "kvsim" (the engine's
-    own, `kvsim.engine.batching.scheduler`) or "vllm-0.1.4" (vLLM 0.1.4's, `kvsim.engine.vllm2023`: checked
+    own, `kvsim.engine.batching.scheduler`) or "vllm-0.1.4" (vLLM 0.1.4's, `kvsim.engine.batching.vllm2023`: checked
     step for step against that version's code);
     time_model: the kernel cost model, "roofline" (`kvsim.cost.roofline`, Vidur's eager-mode operator
     constants) or "vllm-v1" (`kvsim.cost.v1_time`: CUDA graphs, custom all-reduce, async scheduling);

@@ -98,7 +98,7 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     kind = StaticScheduler if cfg.scheduler.batching == "static" else Scheduler
     if kind is Scheduler and profile.policy == "vllm-0.1.4" and type(alloc) is PagedAllocator \
             and not cache.prefix_caching:
-        from kvsim.engine.vllm2023.scheduler import SchedulerV0
+        from kvsim.engine.batching.vllm2023.scheduler import SchedulerV0
         kind = SchedulerV0          # vLLM 0.1.4's policy (the vllm-2023 profile on paged memory)
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)

@@ -19,7 +19,7 @@ from kvsim.engine.config import CacheConfig, SchedulerConfig, SimConfig
 from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.planning.flag_table import check_value
 from kvsim.planning.vllm_flags import ALIASES as VLLM_ALIASES, translate
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 from kvsim.specs.serving_dtype import with_dtype, with_quantization
 from kvsim.trace.table import Trace
 

@@ -4,7 +4,7 @@
 - `--dtype` (vllm/config/model.py `_STR_DTYPE_TO_TORCH_DTYPE`): half/float16 and bfloat16 are 2 bytes,
   float/float32 4; `auto` keeps the checkpoint's dtype.
 - `--quantization`: the linear layers' weights in fewer bytes, embeddings and LM head in the model dtype
-  (as `kvsim.specs.hf_config` counts a checkpoint's `quantization_config`). fp8: 1 byte; awq and gptq:
+  (as `kvsim.specs.hf.config` counts a checkpoint's `quantization_config`). fp8: 1 byte; awq and gptq:
   4-bit groups of 128 with an fp16 scale and a 4-bit zero point each (their checkpoints' defaults;
   `hf_config.weight_bytes_per_param`); bitsandbytes: vLLM's in-flight 4-bit (NF4) quantization, 0.5
   byte per weight with its scales left out (docs.vllm.ai, "BitsAndBytes": a model with no
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvsim.specs.hf_config import weight_bytes_per_param
+from kvsim.specs.hf.config import weight_bytes_per_param
 from kvsim.specs.model import ModelSpec
 
 #: `--dtype` -> bytes per element (None: the model's own).

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsim.cli.app import app
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 
 runner = CliRunner()
 

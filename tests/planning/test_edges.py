@@ -12,7 +12,7 @@ from kvsim.planning.rate import gpus as rate_gpus
 from kvsim.planning.reports.ledger import ledger_lines, memory_ledger
 from kvsim.planning.runs import make_config
 from kvsim.specs import GIB
-from kvsim.specs.hf_config import load_hf_config, weight_bytes_per_param
+from kvsim.specs.hf.config import load_hf_config, weight_bytes_per_param
 
 
 def test_memory_ledger_of_llama_3_8b_on_an_h100_by_hand():

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from kvsim.cli.app import app
 from kvsim.specs import GIB, Deployment, get_gpu, get_model
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 from kvsim.specs.kv_groups import plan_kv_cache
 from kvsim.specs.layers import LayerGroup, MambaState
 from kvsim.specs.presets import MODELS

@@ -7,7 +7,7 @@ import pytest
 
 from kvsim.specs import GIB, Deployment, get_gpu, get_model
 from kvsim.specs.deployment import activation_reserve_bytes
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 
 LLAMA3_8B = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
              "num_key_value_heads": 8, "max_position_embeddings": 8192, "intermediate_size": 14336,

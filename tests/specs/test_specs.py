@@ -9,7 +9,7 @@ from kvsim.specs import GIB, Deployment, ModelSpec, get_gpu, get_model
 from kvsim.specs.gpu import GPUS
 from kvsim.specs.deployment import MAX_CAPACITY_TOKENS, activation_reserve_bytes
 from kvsim.specs.presets import MODELS
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 
 
 def test_opt_13b_12_gib_gives_15_7k_slots_at_800_kib_per_token():

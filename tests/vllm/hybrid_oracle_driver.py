@@ -65,7 +65,7 @@ def run(scenario: dict) -> list[dict]:
     bs, max_len = scenario["block_size"], scenario["max_model_len"]
     groups = [KVCacheGroupSpec([f"layers.{g}"], spec_of(group, bs, max_len))
               for g, group in enumerate(scenario["groups"])]
-    # (the scheduler-level driver takes this config from vLLM's start-up functions, tests/vllm_startup.py;
+    # (the scheduler-level driver takes this config from vLLM's start-up functions, tests/vllm/vllm_startup.py;
     # here it is made directly, its retention interval as a scenario's "retention" says, else the field's
     # None: dense, as start-up makes it from `--prefix-cache-retention-interval none`)
     retention = scenario.get("retention")

@@ -1,6 +1,6 @@
 """Run vLLM 0.33's own v1 Scheduler (and through it its KVCacheManager) with hybrid KV cache groups over burst
-traces, for tests/vllm/test_hybrid_scheduler_oracle.py and tests/test_hybrid_retention_oracle.py. The
-engine's configuration and KV cache config come from vLLM's own start-up functions (tests/vllm_startup.py:
+traces, for tests/vllm/test_hybrid_scheduler_oracle.py and tests/vllm/test_hybrid_retention_oracle.py. The
+engine's configuration and KV cache config come from vLLM's own start-up functions (tests/vllm/vllm_startup.py:
 `get_kv_cache_configs`, `generate_scheduler_kv_cache_config`, ...), so vLLM's defaults apply unless a case
 sets them: prefix cache retention interval 0, recompute preemption, chunked prefill; synchronous
 scheduling unless "async_scheduling": true (vLLM's `AsyncScheduler`, driven with two batches in flight
@@ -37,7 +37,7 @@ def run(case: dict) -> list[dict]:
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
-    vc, kvc, sched_bs, hash_bs = startup(case)       # vLLM's own start-up (tests/vllm_startup.py)
+    vc, kvc, sched_bs, hash_bs = startup(case)       # vLLM's own start-up (tests/vllm/vllm_startup.py)
     order = group_order(kvc, case)
     caching = case.get("caching", False)
     hasher = None

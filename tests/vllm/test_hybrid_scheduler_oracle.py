@@ -1,6 +1,6 @@
 """The unchanged kvsim Scheduler over the hybrid allocator against vLLM 0.33's own v1 Scheduler and
 KVCacheManager with the same KV cache groups (tests/vllm/hybrid_scheduler_oracle_driver.py, its engine configured
-by vLLM's own start-up functions: tests/vllm_startup.py), step by step on burst traces: used blocks after
+by vLLM's own start-up functions: tests/vllm/vllm_startup.py), step by step on burst traces: used blocks after
 each step's scheduling, blocks per group, preemptions, finishes and tokens scheduled. Chunked prefill,
 recompute, synchronous scheduling; prefix caching off, or on with vLLM's default retention interval 0.
 

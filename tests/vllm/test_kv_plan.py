@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.specs import GIB, get_model
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 from kvsim.specs.kv_groups import plan_kv_cache
 
 HERE = Path(__file__).parent

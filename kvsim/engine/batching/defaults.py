@@ -16,7 +16,7 @@ by the engine profile's scheduler defaults (`EngineProfile.scheduler_defaults`) 
   them down.) `vllm run`'s offline `LLM` class doubles the budgets on H100/H200; kvsim models serving.
 - "vllm-0.1.4": 256 sequences and 2560 tokens on every GPU, vLLM 0.1.x's `EngineArgs` defaults
   (vllm/engine/arg_utils.py of 0.1.2, 0.1.4 and 0.1.7: `max_num_batched_tokens: int = 2560`,
-  `max_num_seqs: int = 256`), the `vllm-2023` profile's (the paper's engine, `kvsim.engine.vllm2023`).
+  `max_num_seqs: int = 256`), the `vllm-2023` profile's (the paper's engine, `kvsim.engine.batching.vllm2023`).
 - "fixed": 256 sequences and 8192 tokens on every GPU, kvsim's defaults before per-GPU defaults (the
   `ideal` profile keeps them; vLLM 0.2 had max_num_seqs 256 and a 2560-token budget raised to the
   maximum length).

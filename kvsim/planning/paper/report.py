@@ -194,7 +194,7 @@ def paper_report(r: PaperResults, title: str = "The vLLM paper's experiments in 
 
 def causes(r: PaperResults, main: dict) -> dict[str, str]:
     """The cause of each difference, in words with the runs' own numbers (the policy itself is vLLM
-    0.1.4's, checked step for step: tests/test_vllm2023_oracle.py, so none is the scheduler's)."""
+    0.1.4's, checked step for step: tests/vllm/test_vllm2023_oracle.py, so none is the scheduler's)."""
     at = _at_rate(r)
     g = at[at.setup == "OPT-13B"].set_index(["preset", "system"])
     paged, oracle = "vLLM (paged)", "Orca (Oracle)"
@@ -268,7 +268,7 @@ def differences(r: PaperResults) -> str:
     if r.profile and r.profile.startswith("vllm-2023"):
         lines.append("- Paged runs use vLLM 0.1.4's own scheduling policy (1 % block watermark, a free block per "
                      "running sequence at every decode step, arrival order, 2,560-token budget), equal step for "
-                     "step to that version's code on CPU (tests/test_vllm2023_oracle.py); the Orca baselines keep "
+                     "step to that version's code on CPU (tests/vllm/test_vllm2023_oracle.py); the Orca baselines keep "
                      "kvsim's policy with the same prompt-only steps and limits. Remaining approximations: the "
                      "2023 kernel's cost per block size (1.17 + 1/b, its code shows the block size also sets "
                      "load widths) and the swap path (whole blocks, 7 us per copy call, in series with the step: "

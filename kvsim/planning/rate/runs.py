@@ -45,12 +45,12 @@ def _steady_row(columns: Mapping[str, Any], trace: Trace, point: Mapping[str, An
                 stopped_s: float | None) -> dict[str, Any]:
     """The run's steady-state figures over the second half of what it simulated (up to `stopped_s`, else
     the trace's span: the point's duration, else its last arrival): `span_s`, `trend_z`, `trend_excess`,
-    `trend_in_system` (`kvsim.planning.rate_steady.trend`) and `steady_verdict`
-    (`kvsim.planning.rate_windows.verdict`)."""
+    `trend_in_system` (`kvsim.planning.rate.steady.trend`) and `steady_verdict`
+    (`kvsim.planning.rate.windows.verdict`)."""
     import numpy as np
 
-    from kvsim.planning.rate_steady import trend
-    from kvsim.planning.rate_windows import verdict
+    from kvsim.planning.rate.steady import trend
+    from kvsim.planning.rate.windows import verdict
 
     arrival = np.asarray(columns["arrival_s"], dtype=float)
     finished = np.asarray(columns["finished_s"], dtype=float)

@@ -9,8 +9,8 @@ within `rel_tol`. A run stops
 as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
 a fraction of a run. A preset's rates all
 replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
-duration; a real trace is rescaled likewise. A rate is judged at steady state (`kvsim.planning.rate_steady`,
-`kvsim.planning.rate_windows`): a run whose requests in the system still grow, or whose SLO batch means
+duration; a real trace is rescaled likewise. A rate is judged at steady state (`kvsim.planning.rate.steady`,
+`kvsim.planning.rate.windows`): a run whose requests in the system still grow, or whose SLO batch means
 cannot tell pass from fail, runs again on a trace twice as long (up to `max_span_s`), so the answer
 does not move with `--duration`. Should the curve still be non-monotone near the knee, the
 answer is the highest passing rate below the lowest failing one. Each rate is one run on
@@ -83,7 +83,7 @@ def slo_value(row: Mapping[str, Any], metric: str) -> float | None:
 def meets(row: Mapping[str, Any], slo: Mapping[str, float]) -> bool:
     """Whether a run row finished without error and every SLO metric is within its limit (a run the
     search stopped early, `stopped_early_s`, had missed it for certain; one whose queue still grew at the
-    longest trace tried, `still_growing`, is not stable: `kvsim.planning.rate_steady`)."""
+    longest trace tried, `still_growing`, is not stable: `kvsim.planning.rate.steady`)."""
     if row.get("status") != "ok" or row.get("stopped_early_s") is not None or row.get("still_growing"):
         return False
     return all((v := slo_value(row, m)) is not None and v <= limit for m, limit in slo.items())
@@ -159,7 +159,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
     size and the trace's mean lengths (`lo_rps` instead when given) and never goes above the serving
     ceiling (`kvsim.planning.rate.bounds`; `hi_rps` lowers the cap): when the ceiling meets the SLO the
     answer is the ceiling, and `limited_by` says the SLO holds at every rate up to it. Runs that have
-    missed the SLO for certain stop early. Each verdict is a steady-state one (`kvsim.planning.rate_steady`:
+    missed the SLO for certain stop early. Each verdict is a steady-state one (`kvsim.planning.rate.steady`:
     a trend test on the requests in the system, batch means of the SLO with a confidence interval): a
     run that cannot tell yet runs again on a preset trace twice as long, up to `max_span_s` s. The
     answer comes with `hi_rps` (the knee lies in [rate_rps, hi_rps)), `span_s` (the trace it was judged
@@ -195,7 +195,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
         return _evaluate(rates, spans, cfg, workload, trace, workers, slo)
 
     def run(rates: list[float]) -> None:
-        from kvsim.planning.rate_steady import settle
+        from kvsim.planning.rate.steady import settle
 
         new = [r for r in rates if r not in tried][: max(0, max_runs - len(tried))]
         span = duration_s if "duration_s" in workload else None
@@ -259,7 +259,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
                    "(above it arrivals outrun the engine and queues grow without bound)")
     else:
         limited = "none (highest rate tried met the SLO)"
-    from kvsim.planning.rate_steady import bound_note
+    from kvsim.planning.rate.steady import bound_note
     note = bound_note(tried[lo], knee or None, rel_tol)
     return RateResult(lo, slo, rows, limited, knee, ceiling, tried[lo].get("span_s"), note)
 

@@ -144,7 +144,7 @@ def trace_report(trace: Trace, title: str = "", *, rates: Sequence[float] | None
                  block_sizes: Sequence[int] = BLOCK_SIZES, workers: int | None = 1, bookkeeping=None,
                  **flags) -> Report:
     """A full report for `trace` on the deployment of run `flags` (as `kvsim.make_config`): systems
-    side by side, latency against rate (default: `kvsim.planning.report_rates.rate_grid`, spanning the
+    side by side, latency against rate (default: `kvsim.planning.reports.rates.rate_grid`, spanning the
     trace's rate and the engine's saturation) and block size.
 
     >>> import kvsim
@@ -165,7 +165,7 @@ def trace_report(trace: Trace, title: str = "", *, rates: Sequence[float] | None
     systems_section(report, trace, flags)
     base_rate = trace.summary()["rate_rps"]
     if rates is None and base_rate:
-        from kvsim.planning.report_rates import rate_grid
+        from kvsim.planning.reports.rates import rate_grid
         rates = rate_grid(trace, cfg, base_rate)
     if rates:
         rate_section(report, trace, flags, rates, workers=workers)

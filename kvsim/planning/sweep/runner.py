@@ -97,7 +97,7 @@ def run_sweep(grid: Mapping[str, Sequence], base: Mapping[str, Any] | None = Non
             _file_trace(path)                    # a grid's trace files: read (and checked) before any run
     for p in points:
         check_workload(p, have_trace=trace is not None)
-    from kvsim.planning.sweep_servable import check_servable
+    from kvsim.planning.sweep.servable import check_servable
     check_servable(points, warn)                 # no point servable: stop here, before anything is written
     ids = [run_id(p) for p in points]
     if ray or ray_address:                       # before anything is written

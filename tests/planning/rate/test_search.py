@@ -88,7 +88,7 @@ def test_no_run_beats_the_serving_ceiling():
 def test_an_slo_every_rate_meets_ends_at_the_ceiling(limit):
     said = []
     r = kvsim.max_rate({"ttft_p99": limit}, preset="alpaca", duration_s=20, kv_gib=1, progress=said.append,
-                       max_span_s=20)        # (no run again on a longer trace: see tests/test_rate_steady.py)
+                       max_span_s=20)        # (no run again on a longer trace: see tests/planning/rate/test_steady.py)
     assert r.rate_rps == pytest.approx(r.ceiling_rps) and math.isfinite(r.ceiling_rps)
     assert f"meets the SLO at every rate up to {r.ceiling_rps:.4g} req/s" in r.limited_by
     assert r.curve.meets_slo.all() and len(r.curve) <= 16

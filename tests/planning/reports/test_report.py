@@ -199,7 +199,7 @@ def test_block_size_axes_start_at_zero():
     df = pd.DataFrame({"block_size": [8, 16], "waste_fraction": [0.01, 0.02], "mean_batch_size": [30, 29],
                        "throughput_tokens_per_s": [17190, 17220]})
     fig = kvsim.plot_block_size(df)
-    # from zero, with a margin below it so a line at 0 clears the border (tests/test_figures_visible.py)
+    # from zero, with a margin below it so a line at 0 clears the border (tests/planning/reports/test_figures_visible.py)
     assert all(-0.1 * ax.get_ylim()[1] <= ax.get_ylim()[0] < 0 for ax in fig.axes)
 
 

@@ -1,4 +1,4 @@
-"""Field-by-field checks of a Hugging Face `config.json`, before `kvsim.specs.hf_config` reads a shape.
+"""Field-by-field checks of a Hugging Face `config.json`, before `kvsim.specs.hf.config` reads a shape.
 
 Every field kvsim reads is checked for its JSON type and range here, with the rules transformers and vLLM
 apply, so a defect is one line naming the file and the field instead of a different answer:
@@ -12,7 +12,7 @@ apply, so a defect is one line naming the file and the field instead of a differ
 - booleans and names (`tie_word_embeddings`, `use_sliding_window`, `model_type`);
 - a pure state-space model (`PURE_SSM`: no attention layer at all) is refused by name: kvsim models
   attention KV caches, with Mamba layers only beside attention (vLLM's hybrid KV cache manager).
-Patterns (which layer is what) are checked where they are read (`kvsim.specs.hf_layers`).
+Patterns (which layer is what) are checked where they are read (`kvsim.specs.hf.layers`).
 """
 
 from __future__ import annotations

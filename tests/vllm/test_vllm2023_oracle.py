@@ -1,7 +1,7 @@
 """kvsim's `vllm-2023` profile against vLLM 0.1.4's own Scheduler + BlockSpaceManager, step by step.
 
-Stored: the oracle's per-step records (tests/vllm2023_oracle_driver.py over the cases of
-tests/vllm2023_oracle_cases.py: 4 traces x block sizes 8/16/32 x 4 pools, plus max_num_seqs and token
+Stored: the oracle's per-step records (tests/vllm/vllm2023_oracle_driver.py over the cases of
+tests/vllm/vllm2023_oracle_cases.py: 4 traces x block sizes 8/16/32 x 4 pools, plus max_num_seqs and token
 budget cases; recompute and swap, parallel samples of their own lengths, beams, prompts dropped as too
 long), in tests/data/vllm2023_oracle. kvsim must equal every step: its start (engine steps of 1 s;
 arrivals at their step), prompt step or decode step, the requests admitted, recomputed, swapped out,
@@ -30,7 +30,7 @@ from kvsim.specs import Deployment, get_gpu, get_model
 from kvsim.trace.table import Trace
 from tests.engine_loop import engine_steps
 
-DATA = Path(__file__).parent / "data" / "vllm2023_oracle"
+DATA = Path(__file__).parents[1] / "data" / "vllm2023_oracle"
 KEYS = ("step", "prompt_run", "admitted", "recomputed", "swapped_out", "swapped_in", "finished",
         "scheduled_tokens", "used_peak", "cpu_used_peak")
 
@@ -126,7 +126,7 @@ def test_fast_forward_windows_are_exercised():
 
 
 def _driver():
-    """tests/vllm2023_oracle_driver.py as a module (by path: the tests are not a package)."""
+    """tests/vllm/vllm2023_oracle_driver.py as a module (by path: the tests are not a package)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("vllm2023_oracle_driver", Path(__file__).parent / "vllm2023_oracle_driver.py")
     module = importlib.util.module_from_spec(spec)

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
-from kvsim.specs.hf_config import load_hf_config
+from kvsim.specs.hf.config import load_hf_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT / "tests" / "data" / "hf_configs").glob("*.json")) + sorted(
     p for p in (ROOT / "kvsim").rglob("*.json") if "model_type" in p.read_text()[:4000])
 CONFIGS = {p.stem: json.loads(p.read_text()) for p in SHIPPED}

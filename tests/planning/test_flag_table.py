@@ -16,7 +16,7 @@ from kvsim.planning.flag_table import ROWS, TABLE, Setup, check_flags
 from kvsim.planning.runs import make_config
 from kvsim.planning.sweep.grid import grid_points
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "traces" / "tiny.jsonl")
 HYBRID = str(ROOT / "tests" / "data" / "hf_configs" / "gpt-oss-20b.json")
 runner = CliRunner()

@@ -1,6 +1,6 @@
 """vLLM 0.1.4's scheduling policy (vllm/core/scheduler.py `Scheduler._schedule` and the block manager's
 checks, August 2023: the engine of the PagedAttention paper) over kvsim's paged allocator. Plain Python,
-no SimPy. Checked step for step against vLLM 0.1.4's own code run on CPU (tests/test_vllm2023_oracle.py).
+no SimPy. Checked step for step against vLLM 0.1.4's own code run on CPU (tests/vllm/test_vllm2023_oracle.py).
 
 Each step, in 0.1.4's order:
 1. Prompt step, only while nothing is swapped out: from the head of the queue, admit whole groups while
@@ -16,7 +16,7 @@ Each step, in 0.1.4's order:
 3. Swap-in, unless this step swapped something out: swapped groups sorted by arrival, earliest first,
    while free - (the group's distinct blocks + one per sequence) >= the watermark (`can_swap_in`) and
    max_num_seqs allows; a group's shared blocks move once each way and stay shared
-   (`kvsim.alloc.block_manager_v0`).
+   (`kvsim.alloc.paged.block_manager_v0`).
 Beams fork after the step that emitted their token (0.1.4 `Scheduler.update`), not before the next.
 
 Where kvsim goes on where vLLM 0.1.4 stops: out of swap space vLLM aborts the engine, kvsim recomputes
@@ -26,7 +26,7 @@ the request (counted as a swap fallback); a swapped group that cannot come back 
 
 from __future__ import annotations
 
-from kvsim.alloc import block_manager_v0 as bm
+from kvsim.alloc.paged import block_manager_v0 as bm
 from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.engine.step import LIMITS, StepPlan
 

@@ -1,4 +1,4 @@
-"""The rate search's steady-state verdicts (`kvsim.planning.rate_steady`, `kvsim.planning.rate_windows`):
+"""The rate search's steady-state verdicts (`kvsim.planning.rate.steady`, `kvsim.planning.rate.windows`):
 the trend of requests in the system and the SLO's batch means on constructed request columns whose
 answers are known by hand, the extension rule on made-up runs, and a search whose answer no longer
 moves with the duration it was given."""
@@ -10,8 +10,8 @@ import pytest
 
 from kvsim.planning.rate import search as rt
 from kvsim.planning.rate import bounds as rb
-from kvsim.planning.rate_steady import bound_note, in_system_means, mann_kendall_z, settle, trend
-from kvsim.planning.rate_windows import MIN_TAIL, MIN_WINDOW_REQUESTS, verdict
+from kvsim.planning.rate.steady import bound_note, in_system_means, mann_kendall_z, settle, trend
+from kvsim.planning.rate.windows import MIN_TAIL, MIN_WINDOW_REQUESTS, verdict
 
 
 def test_in_system_means_and_the_trend_of_a_stable_and_a_growing_queue():

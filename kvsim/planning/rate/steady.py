@@ -133,7 +133,7 @@ def span_cap_s(duration_s: float, rate_rps: float, max_span_s: float = MAX_SPAN_
 
 def decided(row: dict, passes: bool, max_excess: float) -> bool:
     """Whether a run's verdict stands at steady state: a pass whose requests in the system do not grow
-    and whose batch means pass (`kvsim.planning.rate_windows`), or a failure whose queue grows or whose
+    and whose batch means pass (`kvsim.planning.rate.windows`), or a failure whose queue grows or whose
     batch means fail; anything else needs a longer trace."""
     grows = growing(row.get("trend_z", 0.0), row.get("trend_excess", 0.0), max_excess)
     steady = row.get("steady_verdict", "pass" if passes else "fail")

@@ -1,10 +1,10 @@
-"""vLLM 0.1.4's policy (kvsim/engine/vllm2023/scheduler.py) on tiny pools, worked out by hand from
+"""vLLM 0.1.4's policy (kvsim/engine/batching/vllm2023/scheduler.py) on tiny pools, worked out by hand from
 vllm/core/scheduler.py and block_manager.py of 0.1.4. Blocks of 4 slots; steps at t = 0, 1, 2, ..."""
 
 from kvsim.alloc.paged.allocator import PagedAllocator
 from kvsim.engine.config import SchedulerConfig
 from kvsim.engine.batching.request_state import REJECTED
-from kvsim.engine.vllm2023.scheduler import SchedulerV0
+from kvsim.engine.batching.vllm2023.scheduler import SchedulerV0
 from kvsim.trace.table import Trace
 
 

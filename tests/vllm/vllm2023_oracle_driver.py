@@ -10,7 +10,7 @@ and `Counter`, copied; the rest needs torch and psutil). The engine's step is `L
 beam forks included), stop each sequence at its own length (`_stop_sequences`' max_tokens rule; a
 sample shorter than its request stops as at its end-of-sequence token), `free_finished_seq_groups`.
 
-    python tests/vllm2023_oracle_driver.py CASES.json OUT.json [--version 0.1.4]
+    python tests/vllm/vllm2023_oracle_driver.py CASES.json OUT.json [--version 0.1.4]
 
 CASES.json: [{"trace": "trace.jsonl[.gz]", "num_blocks": N, "block_size": B, "max_num_seqs": 256,
 "max_num_batched_tokens": 2560, "max_model_len": 2048, "cpu_blocks": C, "seed": 0, "beam_death_rate": 0.05,

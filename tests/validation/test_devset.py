@@ -11,7 +11,7 @@ from kvsim.cli.app import app
 from kvsim.validation.measured import read_run
 
 runner = CliRunner()
-RUNS = Path(__file__).resolve().parents[1] / "real-runs"
+RUNS = Path(__file__).resolve().parents[2] / "real-runs"
 
 
 def test_every_shipped_run_reads_with_its_client_and_stages():

@@ -2,7 +2,7 @@
 positive interval, none) against kvsim's hybrid allocator under the unchanged kvsim Scheduler, step by step
 (used blocks, blocks per group, preemptions, finishes, tokens scheduled, then each request's hit tokens).
 vLLM's side: its own v1 Scheduler with the engine configured by its start-up functions
-(tests/vllm/hybrid_scheduler_oracle_driver.py over tests/vllm_startup.py), synchronous scheduling.
+(tests/vllm/hybrid_scheduler_oracle_driver.py over tests/vllm/vllm_startup.py), synchronous scheduling.
 
 The traces share prefixes that arrive over several steps (a 32-token budget admits about one prompt a
 step; realistic: 2048), so later requests meet a prefix the full-attention group has cached but a sparse
@@ -10,7 +10,7 @@ sliding group has not: the junction vLLM then pins (`shared_prefix_boundary`). L
 (gpt-oss-like), sliding + full + sliding and five sliding + full (Gemma-3-like), full + chunked
 (Llama-4-like), sliding + chunked.
 
-Golden: tests/data/hybrid_oracle/retention_vllm_0.33.json.gz (`python tests/test_hybrid_retention_oracle.py`
+Golden: tests/data/hybrid_oracle/retention_vllm_0.33.json.gz (`python tests/vllm/test_hybrid_retention_oracle.py`
 regenerates it with the oracle venv); live: `--long` reruns vLLM and must reproduce it.
 """
 
@@ -25,7 +25,7 @@ import pytest
 from tests.vllm.test_hybrid_oracle import _oracle_python, load_golden
 from tests.vllm.test_hybrid_scheduler_oracle import run_kvsim
 
-DATA = Path(__file__).parent / "data" / "hybrid_oracle" / "retention_vllm_0.33.json.gz"
+DATA = Path(__file__).parents[1] / "data" / "hybrid_oracle" / "retention_vllm_0.33.json.gz"
 FULL, SWA8, CHUNK8 = {"kind": "full"}, {"kind": "sliding", "window": 8}, {"kind": "chunked", "chunk": 8}
 
 

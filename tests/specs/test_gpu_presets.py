@@ -14,8 +14,8 @@ from kvsim.cli.app import app
 from kvsim.specs import GIB, get_gpu
 from kvsim.specs.gpu import load_gpu_config
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "engine-evidence" / "gpus.csv"
-ROOT = Path(__file__).resolve().parents[1]
+EVIDENCE = Path(__file__).resolve().parents[3] / "shared" / "calibration" / "engine-evidence" / "gpus.csv"
+ROOT = Path(__file__).resolve().parents[2]
 
 #: preset: (HBM GB/s, dense bf16 TFLOP/s, dense fp8 TFLOP/s, link GB/s per direction), from the vendor
 #: datasheets as engine-evidence/gpus.csv lists them (RTX PRO 6000: derived there by halving).

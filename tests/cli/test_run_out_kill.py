@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "traces" / "sharegpt_2rps_10min.jsonl"
 FILES = {"summary.json", "config.json", "requests.csv", "steps.csv"}
 

@@ -17,7 +17,7 @@ from kvsim.engine.build import build_run
 from kvsim.planning.runs import make_config
 from kvsim.planning.sweep.grid import grid_points
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "traces" / "tiny.jsonl"
 GPT_OSS = dict(model="gpt-oss-20b", gpu="h100-80gb", max_model_len=8192, max_batched_tokens=2048, num_blocks=1500)
 

@@ -13,7 +13,7 @@ from kvsim.fleet.sim import simulate_fleet
 from kvsim.planning.runs import make_config
 from kvsim.trace.formats import load_trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("trace, flags", [

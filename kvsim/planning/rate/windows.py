@@ -5,7 +5,7 @@ until the interval is narrow enough to decide).
 
 A quantile SLO `<metric>_p<q> <= L` holds at steady state when the fraction of requests whose metric
 exceeds L is at most 1 - q; a mean SLO when the metric's mean is at most L. Over (t/2, t] (t: the
-trace's span, or the time a stopped run stopped; the first half is warm-up, `kvsim.planning.rate_steady`)
+trace's span, or the time a stopped run stopped; the first half is warm-up, `kvsim.planning.rate.steady`)
 cut into `WINDOWS` windows by arrival time, each window's violating fraction (or mean) is one batch
 mean; their mean and a one-sided Student-t interval (7 degrees of freedom, 95 %: t = 1.895) say:
 
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kvsim.planning.rate_steady import WINDOWS
+from kvsim.planning.rate.steady import WINDOWS
 
 #: One-sided 95 % Student-t quantile with WINDOWS - 1 = 7 degrees of freedom.
 T_QUANTILE = 1.895

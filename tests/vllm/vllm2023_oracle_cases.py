@@ -1,7 +1,7 @@
-"""The traces and cases the vLLM 0.1.4 oracle (tests/vllm2023_oracle_driver.py) is run over, and the
+"""The traces and cases the vLLM 0.1.4 oracle (tests/vllm/vllm2023_oracle_driver.py) is run over, and the
 script that stores its records in tests/data/vllm2023_oracle/ (rerun it after changing a case):
 
-    PYTHONPATH=$PWD python tests/vllm2023_oracle_cases.py
+    PYTHONPATH=$PWD python tests/vllm/vllm2023_oracle_cases.py
 
 Traces (seeded, arrivals spread over engine steps so admissions, prompt steps and decodes interleave):
 - `single`: 48 one-sequence requests (recompute preemption);
@@ -22,7 +22,7 @@ import random
 import sys
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data" / "vllm2023_oracle"
+DATA = Path(__file__).parents[1] / "data" / "vllm2023_oracle"
 TRACES = ("single", "samples", "beams", "drops")
 
 
@@ -74,7 +74,7 @@ def cases() -> list[dict]:
 
 
 def main() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import vllm2023_oracle_driver as driver
     DATA.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def main() -> None:
         fin = res["final"]
         print(case["trace"].split("/")[-1], case["block_size"], case["num_blocks"], fin["steps"],
               fin["preemptions"], fin["swap_outs"], fin["ignored"], fin["aborted"] or "")
-    text = json.dumps({"oracle": "vLLM 0.1.4 Scheduler + BlockSpaceManager (tests/vllm2023_oracle_driver.py)",
+    text = json.dumps({"oracle": "vLLM 0.1.4 Scheduler + BlockSpaceManager (tests/vllm/vllm2023_oracle_driver.py)",
                        "cases": results}, separators=(",", ":"))
     (DATA / "records_vllm_0.1.4.json.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
 

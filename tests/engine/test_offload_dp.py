@@ -17,7 +17,7 @@ from kvsim.planning.runs import make_config
 from kvsim.specs import Deployment, GpuSpec, ModelSpec, get_gpu, get_model
 from kvsim.trace.table import Trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPU = GpuSpec("toy-gpu", 10**10, 1e12, 1e15, 1e10, 0.0, "nvlink", 1e11)
 # 8 experts of 1e8 parameters, top-2, 0.5e8 dense: 8.5e8 in all, 2.5e8 active
 MOE = ModelSpec("moe-dp", 2, 64, 4, 4, 16, 2, 4096, 8.5e8, active_params=2.5e8, num_experts=8, experts_per_token=2)

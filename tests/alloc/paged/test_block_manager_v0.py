@@ -1,7 +1,7 @@
-"""kvsim/alloc/block_manager_v0.py by hand: a request's samples swap out and back in with their sharing
+"""kvsim/alloc/paged/block_manager_v0.py by hand: a request's samples swap out and back in with their sharing
 (vLLM 0.1.4 maps each physical block once), and the fast-forward reserve window."""
 
-from kvsim.alloc import block_manager_v0 as bm
+from kvsim.alloc.paged import block_manager_v0 as bm
 from kvsim.alloc.paged.allocator import PagedAllocator
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import kvsim.engine.sim
 from kvsim.cli.app import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "data" / "hf_configs"
 runner = CliRunner()
 

@@ -65,9 +65,9 @@ def test_a_model_config_is_named_after_the_config_not_its_folder(tmp_path):
     import json
     from pathlib import Path
 
-    from kvsim.specs.hf_config import load_hf_config
+    from kvsim.specs.hf.config import load_hf_config
 
-    src = sorted((Path(__file__).parent / "data" / "hf_configs").glob("*.json"))[0]
+    src = sorted((Path(__file__).parents[1] / "data" / "hf_configs").glob("*.json"))[0]
     cfg = {k: v for k, v in json.loads(src.read_text()).items() if k != "_name_or_path"}
     arch = cfg["architectures"][0]
     for folder, file, want in (("cfg", "config.json", arch), ("hf_configs", "config.json", arch),

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from kvsim.files import read_json_object
-from kvsim.specs.hf_checks import TEXT_MODEL_TYPE, check_fields
-from kvsim.specs.hf_layers import layer_groups, layer_kinds, mixer_params
+from kvsim.specs.hf.checks import TEXT_MODEL_TYPE, check_fields
+from kvsim.specs.hf.layers import layer_groups, layer_kinds, mixer_params
 from kvsim.specs.model import ModelSpec
 
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
@@ -99,7 +99,7 @@ _TEXT_DEFAULTS = {"gemma3_text": {"max_position_embeddings": 131072, "vocab_size
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """A ModelSpec from a Hugging Face `config.json` (or a folder holding one): LLaMA/Mistral/Qwen,
-    Mixtral and Qwen-MoE, OPT key names, and the layer kinds of `kvsim.specs.hf_layers` (sliding
+    Mixtral and Qwen-MoE, OPT key names, and the layer kinds of `kvsim.specs.hf.layers` (sliding
     window, chunked local, MLA, Mamba / linear attention; a nested `text_config`)."""
     path = Path(path)
     if path.is_dir():
