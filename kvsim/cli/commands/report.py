@@ -277,7 +277,9 @@ def report_cmd(
             flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
             from kvsim.engine.config import kv_capacity
             from kvsim.planning.runs import make_config
-            kv_capacity(make_config(**flags))       # a bad value fails here, before any run or progress line
+            from kvsim.fleet.config import FLEET_FLAGS
+            kv_capacity(make_config(**{k: v for k, v in flags.items() if k not in FLEET_FLAGS}))   # bad values
+            # fail here, before any run or progress line
             if fleet_only:
                 from kvsim.planning.studies.fleet_report import fleet_report
                 rep = fleet_report(tr, title, flags, **fleet)
