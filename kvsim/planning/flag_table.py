@@ -90,6 +90,8 @@ ROWS: tuple[FlagRow, ...] = (
     FlagRow("preemption", values=("recompute", "swap")),
     FlagRow("sample_lengths", values=("equal", "uniform")),
     FlagRow("cpu_kv_gib", low=0.0),
+    FlagRow("cpu_kv_policy", values=("evicted", "store-all")),
+    FlagRow("dp", low=1, high=MAX_UNITS),           # data-parallel engines: one engine each, capped as replicas
     FlagRow("replicas", low=1, high=MAX_UNITS, applies=lambda s: s.mode != "pd",
             why="a P/D run is sized by --prefill-replicas and --decode-replicas"),
     FlagRow("router", values=ROUTERS, applies=_fleet, why="one engine has nothing to route (give --replicas N > 1)"),

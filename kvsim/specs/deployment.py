@@ -34,6 +34,11 @@ def activation_reserve_bytes(model: ModelSpec, max_batched_tokens: int) -> float
             + max_batched_tokens * ACTIVATION_HIDDENS_PER_BATCHED_TOKEN * model.hidden_size * model.dtype_bytes)
 
 
+#: kvsim.fleet.config.MAX_UNITS (the one per-unit cap; specs sit below fleet, so the number is repeated
+#: here and a test holds the two equal)
+MAX_DP = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryLedger:
     """One GPU's memory as vLLM's start-up profiling splits it (bytes, per GPU): `total` as the device
@@ -76,8 +81,9 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {self.tp}")
-        if self.dp < 1:
-            raise ValueError(f"--data-parallel-size must be >= 1, got {self.dp}")
+        if not 1 <= self.dp <= MAX_DP:
+            raise ValueError(f"--data-parallel-size {self.dp}: must be a whole number from 1 to {MAX_DP:,} (the "
+                             "cap on replicas and every other per-unit count; each engine is simulated)")
         if self.ep and self.model.num_experts < self.tp * self.dp:
             raise ValueError(f"--enable-expert-parallel: {self.model.name} has {self.model.num_experts} experts, "
                              f"fewer than the {self.tp * self.dp} GPUs (tp x dp) to spread them over")

@@ -76,3 +76,15 @@ def test_json_is_strict_json_where_a_ratio_is_undefined(tmp_path):
     doc = json.loads(out.read_text(), parse_constant=lambda c: (_ for _ in ()).throw(AssertionError(c)))
     text = json.dumps(doc)
     assert '"ratio_to_max": null' in text and "ratio_to_max_null_reason" in text
+
+
+def test_data_parallel_engines_share_the_one_cap(tmp_path):
+    """--data-parallel-size N runs N engines: the same cap as --replicas, named by its own flag, before
+    any run; the cap is the fleet's number (specs repeats it below the fleet package)."""
+    from kvsim.fleet.config import MAX_UNITS
+    from kvsim.specs.deployment import MAX_DP
+    assert MAX_DP == MAX_UNITS == 1024
+    res = CliRunner().invoke(app, ["run", "traces/tiny.jsonl", "--data-parallel-size", "1025"])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert "--data-parallel-size 1025" in lines[0] and "1,024" in lines[0]
