@@ -25,18 +25,12 @@ REPORTS = ROOT / "reports"
 #: and fails once one is fresh again, so the entry cannot outlive its cause.
 #: TODO(issue 18): the fidelity branch regenerates reports/vllm-paper with the new CPU constants;
 #: remove this entry after merging it (and `make reports`).
-KNOWN_STALE: dict[str, str] = {  # issues 37 and 39: vllm-v1 time model, vllm-2023 policy
-    "block-size-alpaca": "profile changed: regenerate with make reports",
-    "block-size-sharegpt": "profile changed: regenerate with make reports",
-    "fleet-mooncake": "profile changed: regenerate with make reports",
-    "hybrid-models": "profile changed (vllm-v1 time model), and made before vLLM 0.33's prefix-cache retention interval (default 0) was modelled: its "
-                     "gpt-oss and Gemma 3 runs under vLLM's hybrid manager preempt thousands of times, and a "
-                     "preempted request's sliding-window self-hits now follow retention 0; `kvsim hybrid-study "
-                     "-o reports/hybrid-models --force` takes well over 5 minutes (15 min of wall clock on "
-                     "the shared 2-core machine did not finish it): run `make reports` and remove this entry",
-    "sharegpt-opt13b": "profile changed: regenerate with make reports",
-    "sweep-llama3-8b": "profile changed: regenerate with make reports",
-    "vllm-paper": "profile changed: regenerate with make reports",
+KNOWN_STALE: dict[str, str] = {
+    "hybrid-models": "made before vLLM 0.33's prefix-cache retention interval (default 0) was modelled and "
+                     "before the vllm-v1 time model: its gpt-oss and Gemma 3 runs under vLLM's hybrid manager "
+                     "preempt thousands of times, and a preempted request's sliding-window self-hits now follow "
+                     "retention 0; `kvsim hybrid-study -o reports/hybrid-models --force` did not finish in the "
+                     "time this round had: run `make reports` and remove this entry",
 }
 #: A file the commit recorded in a report's provenance must hold for the report to be fresh (the change
 #: that made it stale): how a KNOWN_STALE entry whose provenance is otherwise in order is told apart.
