@@ -23,18 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
 #: Reports known to be stale on this branch, with why. The freshness check skips them with that reason
 #: and fails once one is fresh again, so the entry cannot outlive its cause.
-#: TODO(issue 18): the fidelity branch regenerates reports/vllm-paper with the new CPU constants;
-#: remove this entry after merging it (and `make reports`).
-KNOWN_STALE: dict[str, str] = {
-    "hybrid-models": "made before vLLM 0.33's prefix-cache retention interval (default 0) was modelled and "
-                     "before the vllm-v1 time model: its gpt-oss and Gemma 3 runs under vLLM's hybrid manager "
-                     "preempt thousands of times, and a preempted request's sliding-window self-hits now follow "
-                     "retention 0; `kvsim hybrid-study -o reports/hybrid-models --force` did not finish in the "
-                     "time this round had: run `make reports` and remove this entry",
-}
+KNOWN_STALE: dict[str, str] = {}
 #: A file the commit recorded in a report's provenance must hold for the report to be fresh (the change
 #: that made it stale): how a KNOWN_STALE entry whose provenance is otherwise in order is told apart.
-STALE_BEFORE: dict[str, str] = {"hybrid-models": "kvsim/alloc/hybrid/retention.py"}
+STALE_BEFORE: dict[str, str] = {}
 #: Reports a test regenerates whole (seconds each); the others are checked by provenance only.
 SMALL = ("block-size-alpaca", "sweep-llama3-8b", "sharegpt-opt13b", "fleet-mooncake")
 #: Of those, the ones the default suite regenerates (about 2 s each); the rest are release checks

@@ -48,7 +48,7 @@ def test_expert_parallel_weights_per_gpu():
     assert Deployment(MOE, GPU, 2, 2, ep=True).weight_bytes_per_gpu() == pytest.approx(0.5e8 + 8e8 * 2 / 4)
     with pytest.raises(ValueError, match="has 8 experts, fewer than the 16 GPUs"):
         Deployment(MOE, GPU, 1, 16, ep=True)
-    with pytest.raises(ValueError, match="--data-parallel-size must be >= 1"):
+    with pytest.raises(ValueError, match="--data-parallel-size 0: must be a whole number from 1 to 1,024"):
         Deployment(MOE, GPU, 1, 0)
 
 
