@@ -50,7 +50,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/vllm/test_oracle.py", "tests/engine/batching/test_lazy_decode.py",
                    # swap, preemption, chunking and admission on tiny pools, worked out by hand
                    "tests/engine/batching/test_scheduler_by_hand.py"]),
-    "alloc": (["kvsim/alloc/*"],
+    "alloc": (["kvsim/alloc/*.py", "kvsim/alloc/paged/*.py", "kvsim/alloc/contiguous/*.py"],
               ["tests/alloc/contiguous/test_contiguous.py", "tests/alloc/paged/test_paged.py", "tests/alloc/paged/test_prefix.py",
                "tests/alloc/test_stateful.py", "tests/engine/test_metrics_golden.py", "tests/engine/test_engine.py",
                # beams' refork and the lazy-decode ticks are reached only by these
