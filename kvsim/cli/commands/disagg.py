@@ -103,6 +103,7 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
     """`kvsim capacity --gpus-for R --disagg`: the P:D split search (`kvsim.fleet.disagg.plan`), printed
     as a table and written with --json. Raises ValueError on bad input (the caller exits 2)."""
     from kvsim.fleet.disagg.plan import split_search
+    from kvsim.planning.rate.fleet_steady import unsteady_note
     from kvsim.planning.runs import make_config
 
     if rate is None:
@@ -123,7 +124,8 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         if " dropped" in message:
             dropped.append(message.removeprefix("disagg: "))
     rows = split_search(tr, make_config(**flags), rate, tp_options=options, max_gpus=max_gpus,
-                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target, progress=say)
+                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target, progress=say,
+                        steady=unsteady_note)
     typer.echo(f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
                f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}):")
     typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11}")

@@ -105,7 +105,8 @@ def print_fleet_gpus(console, df, rate: float) -> None:
     for r in df.to_dict("records"):
         t.add_row(str(r["tp"]), {True: "yes", False: "no"}.get(r["fits"], "-"), num(r["replicas"], "{:.0f}"),
                   num(r["gpus"], "{:.0f}"), *(num(r[m], "{:.3g}") for m in metrics),
-                  num(r.get("prefix_cache_hit_rate"), "{:.1%}"), str(r["runs"]), num(r.get("span_s"), "{:.0f}"), r["note"][:60])
+                  num(r.get("prefix_cache_hit_rate"), "{:.1%}"), str(r["runs"]),
+                  num(r.get("span_s"), "{:.0f}"), r["note"][:60])
     console.print(t)
     best = df[df.best].iloc[0]
     console.print(f"fewest GPUs: {best.gpus:.0f} = {best.replicas:.0f} replicas x TP {best.tp}", highlight=False)

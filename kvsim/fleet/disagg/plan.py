@@ -62,13 +62,16 @@ def disagg_row(trace: Trace, cfg: SimConfig, flags: Mapping[str, Any]) -> dict[s
 
 def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: Sequence[int] = (1, 2, 4, 8),
                  max_gpus: int = 16, kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
-                 target: float = 0.9, cost=None, progress=None) -> list[dict[str, Any]]:
+                 target: float = 0.9, cost=None, progress=None, steady=None) -> list[dict[str, Any]]:
     """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best) for the fewest
     GPUs per TP degree at which a split or colocation meets `target` at `rate_rps` (`trace` rescaled
     to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
     `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
     for every run (tests). `progress(message)` hears each candidate (TP, GPUs, P:D) as it is simulated,
-    with the runs left at most, and each TP degree dropped and why."""
+    with the runs left at most, and each TP degree dropped and why. `steady(columns, span_s)`: '' when a
+    layout's requests in the system settle over the trace's second half, else why not (such a layout,
+    its `unsteady` note set, does not meet the target: `kvsim.planning.rate.fleet_steady.unsteady_note`);
+    None: the attainment of the trace as given decides."""
     from kvsim.fleet.config import check_units
     check_units(max_gpus, "--max-gpus")
     if not rate_rps > 0:
@@ -98,10 +101,14 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
                 cols = (run_disagg(tr, DisaggConfig(side, side, p, n - p, link), cost).request_columns() if p < n
                         else colocated_columns(tr, side, n, cost))
                 found.append({"tp": tp, "gpus": n * tp, "prefill": p % n, "decode": (n - p) % n,
-                              "attainment": attainment(cols, ttft_slo, tpot_slo)})
+                              "attainment": attainment(cols, ttft_slo, tpot_slo), "unsteady": ""})
+                if steady is not None and found[-1]["attainment"] >= target:
+                    found[-1]["unsteady"] = steady(cols, float(tr.arrival_s[-1]))
+                    if found[-1]["unsteady"]:
+                        say(f"disagg: TP {tp}, {n * tp} GPUs, {split} does not count: {found[-1]['unsteady']}")
                 done += 1
-            top = max(found, key=lambda r: r["attainment"])
-            if top["attainment"] >= target:
+            top = max(found, key=lambda r: (not r["unsteady"], r["attainment"]))
+            if top["attainment"] >= target and not top["unsteady"]:
                 rows += found
                 left = done + sum(m for t in tps if t > tp for m in range(2, max_gpus // t + 1))
                 met = True
@@ -111,7 +118,7 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
         if not met:
             say(f"disagg: TP {tp} dropped: no layout of up to {max_gpus} GPUs attains {target:.0%}")
     for r in rows:
-        r["meets"] = r["attainment"] >= target
+        r["meets"] = r["attainment"] >= target and not r["unsteady"]
     passing = [r for r in rows if r["meets"]]
     if not passing:
         raise ValueError(f"no split of up to {max_gpus} GPUs (TP {', '.join(map(str, tp_options))}) serves "

@@ -40,7 +40,8 @@ def gpus_for_fleet(rate_rps: float, slo: Sequence[str] | Mapping[str, float], co
     and prefix hit rate of that fleet, the fleet simulations run (`runs`), the trace span it was judged on
     (`span_s`, s: each fleet is judged at steady state, its trace doubled up to `max_span_s` while
     undecided; `max_excess`: the fraction of arrivals that may accumulate, half the rate search's default
-    tolerance, `kvsim.planning.rate.steady`); `best` marks the fewest GPUs (ties: the smaller TP). `fleet_flags`: the router's thresholds (`FleetConfig` fields).
+    tolerance, `kvsim.planning.rate.steady`); `best` marks the fewest GPUs (ties: the smaller TP).
+    `fleet_flags`: the router's thresholds (`FleetConfig` fields).
     `progress(message)` hears each fleet simulated and each TP degree dropped, with how many are left.
 
     >>> import kvsim

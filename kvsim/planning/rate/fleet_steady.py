@@ -78,3 +78,15 @@ def judge(run_at: Callable[[float | None], tuple[dict, Mapping[str, Any], float]
 def _done(summary: dict, ok: bool, span_s: float, note: str, runs: int) -> FleetVerdict:
     summary["meets_slo"] = ok
     return FleetVerdict(ok, summary, span_s, note, runs)
+
+
+def unsteady_note(columns: Mapping[str, Any], span_s: float, max_excess: float = 0.025) -> str:
+    """'' when the requests in the system of a run (per-request `arrival_s`, `finished_s`, `status`) do
+    not grow over (span_s / 2, span_s] (`steady.trend`), else why the run is not stable: what the P:D
+    split search (`kvsim.fleet.disagg.plan.split_search`, `steady=`) asks of a layout meeting its
+    attainment target on the trace as given. `max_excess`: half the rate search's default tolerance."""
+    row = steady_row(columns, span_s, {})
+    if not growing(row["trend_z"], row["trend_excess"], max_excess):
+        return ""
+    return (f"requests in the system still growing at the end of the {span_s:.0f} s trace "
+            f"({row['trend_excess']:+.1%} of arrivals accumulating, Mann-Kendall z = {row['trend_z']:.2f})")

@@ -224,3 +224,22 @@ def test_run_disaggregated_writes_its_folder(tmp_path):
     res = runner.invoke(app, ["run", str(_trace_file(tmp_path)), "--prefill-replicas", "1", "--decode-replicas",
                               "1", "--batching", "static", "--quiet"])
     assert res.exit_code == 2 and "--batching static" in res.output
+
+
+def test_split_search_drops_a_layout_its_steady_check_rejects():
+    """The hand case above with a steady-state check (`steady=`) that rejects every split (the columns of
+    a disaggregated run carry `prefill_instance`): 1P:1D no longer meets; colocation still answers."""
+    from kvsim.fleet.disagg.plan import split_search
+
+    trace = trace_of([(2.0 * k, 4, 2) for k in range(6)])
+    seen = []
+
+    def steady(cols, span):
+        seen.append(span)
+        return "growing" if "prefill_instance" in cols else ""
+
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0), steady=steady)
+    assert [(r["prefill"], r["meets"], r["unsteady"], r["best"]) for r in rows] == [
+        (1, False, "growing", False), (0, True, "", True)]
+    assert seen == [12.0, 12.0]    # the span judged: the last arrival of 6 requests rescaled to 0.5 req/s (6 / 0.5)

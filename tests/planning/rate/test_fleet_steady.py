@@ -67,3 +67,11 @@ def test_a_stable_pass_too_short_to_tell_reruns_then_stands_uncertain_at_the_cap
     # 100 req/s for 2 s: 12 requests a window, too few for batch means -> 4 s, then the 8 s cap
     v, spans = run(100, 2000, 2.0, cap=8.0)
     assert spans == [2.0, 4.0, 8.0] and v.ok and v.note.startswith("uncertain: on 8 s")
+
+
+def test_unsteady_note_names_a_growing_queue_and_passes_a_flat_one():
+    from kvsim.planning.rate.fleet_steady import unsteady_note
+
+    grows = unsteady_note(fifo(1000, 900, 2.0)[1], 2.0)         # N(t) = 100 t: +10.0 % of arrivals
+    assert grows.startswith("requests in the system still growing") and "+10.0% of arrivals" in grows
+    assert unsteady_note(fifo(1000, 2000, 2.0)[1], 2.0) == ""   # N(t) = 0.5 flat
