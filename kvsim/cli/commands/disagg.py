@@ -134,10 +134,10 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
                         steady=unsteady_note, longer=None if trace is not None else longer)
     typer.echo(f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
                f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}):")
-    typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11}")
+    typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11} {'judged on s':>12}")
     for r in rows:
         split = "colocated" if r["prefill"] == 0 else f"{r['prefill']}P:{r['decode']}D"
-        typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%}"
+        typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%} {r['span_s']:>12.0f}"
                    f"{'  <- best' if r['best'] else ''}")
     for line in dropped:
         typer.echo(f"  {line}")
