@@ -103,6 +103,7 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
     """`kvsim capacity --gpus-for R --disagg`: the P:D split search (`kvsim.fleet.disagg.plan`), printed
     as a table and written with --json. Raises ValueError on bad input (the caller exits 2)."""
     from kvsim.fleet.disagg.plan import split_search
+    from kvsim.planning.rate.fleet_steady import unsteady_note
     from kvsim.planning.runs import make_config
 
     if rate is None:
@@ -115,6 +116,12 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
     else:
         from kvsim.trace.synthetic import generate
         tr = generate(preset or "sharegpt", rate_rps=rate, duration_s=duration, seed=seed)
+
+        def longer(k: int):                          # a layout still growing: 2**k times as long, to the cap
+            from kvsim.planning.rate.steady import span_cap_s
+            cap = span_cap_s(duration, rate)
+            return None if duration * 2 ** (k - 1) >= cap else generate(
+                preset or "sharegpt", rate_rps=rate, duration_s=min(duration * 2 ** k, cap), seed=seed)
     options = [int(x) for x in tp_options.split(",") if x.strip()]
     dropped: list[str] = []
 
@@ -123,13 +130,14 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         if " dropped" in message:
             dropped.append(message.removeprefix("disagg: "))
     rows = split_search(tr, make_config(**flags), rate, tp_options=options, max_gpus=max_gpus,
-                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target, progress=say)
+                        kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target, progress=say,
+                        steady=unsteady_note, longer=None if trace is not None else longer)
     typer.echo(f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
                f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}):")
-    typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11}")
+    typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11} {'judged on s':>12}")
     for r in rows:
         split = "colocated" if r["prefill"] == 0 else f"{r['prefill']}P:{r['decode']}D"
-        typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%}"
+        typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%} {r['span_s']:>12.0f}"
                    f"{'  <- best' if r['best'] else ''}")
     for line in dropped:
         typer.echo(f"  {line}")

@@ -99,13 +99,16 @@ def print_fleet_gpus(console, df, rate: float) -> None:
 
     t = Table(title=f"GPUs for {rate:g} req/s, fleets simulated behind the {df.router.iloc[0]} router")
     metrics = [c for c in df.columns if c.startswith(("ttft_", "tpot_", "e2e_", "normalized_"))]
-    for col in ("TP", "fits", "replicas", "GPUs", *metrics, "prefix hits", "runs", "note"):
+    for col in ("TP", "fits", "replicas", "GPUs", *metrics, "prefix hits", "runs", "judged on s", "note"):
         t.add_column(col, justify="right")
     num = (lambda v, f: "-" if v is None or v != v else f.format(v))
     for r in df.to_dict("records"):
         t.add_row(str(r["tp"]), {True: "yes", False: "no"}.get(r["fits"], "-"), num(r["replicas"], "{:.0f}"),
                   num(r["gpus"], "{:.0f}"), *(num(r[m], "{:.3g}") for m in metrics),
-                  num(r.get("prefix_cache_hit_rate"), "{:.1%}"), str(r["runs"]), r["note"][:60])
+                  num(r.get("prefix_cache_hit_rate"), "{:.1%}"), str(r["runs"]),
+                  num(r.get("span_s"), "{:.0f}"), r["note"][:60])
     console.print(t)
     best = df[df.best].iloc[0]
     console.print(f"fewest GPUs: {best.gpus:.0f} = {best.replicas:.0f} replicas x TP {best.tp}", highlight=False)
+    if best.note:                          # kvsim/planning/rate/fleet_steady.py: an uncertain verdict
+        console.print(f"note: {best.note}", highlight=False, soft_wrap=True)

@@ -184,7 +184,8 @@ def capacity(
             from kvsim.planning.rate.fleet_gpus import gpus_for_fleet
             gflags = {k: v for k, v in flags.items() if k not in ("tp", "kv_gib", "num_blocks")}
             df = gpus_for_fleet(gpus_for, slo_limits, router=router, tp_options=options, trace=tr,
-                                preset=preset or "sharegpt", duration_s=duration, seed=seed, progress=say, **gflags)
+                                preset=preset or "sharegpt", duration_s=duration, seed=seed, progress=say,
+                                max_span_s=max_span, max_excess=rel_tol / 2, **gflags)
             print_fleet_gpus(console, df, gpus_for)
             out["gpus"] = df.to_dict("records")
         elif gpus_for is not None:

@@ -62,13 +62,21 @@ def disagg_row(trace: Trace, cfg: SimConfig, flags: Mapping[str, Any]) -> dict[s
 
 def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: Sequence[int] = (1, 2, 4, 8),
                  max_gpus: int = 16, kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
-                 target: float = 0.9, cost=None, progress=None) -> list[dict[str, Any]]:
+                 target: float = 0.9, cost=None, progress=None, steady=None,
+                 longer=None) -> list[dict[str, Any]]:
     """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best) for the fewest
     GPUs per TP degree at which a split or colocation meets `target` at `rate_rps` (`trace` rescaled
     to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
     `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
     for every run (tests). `progress(message)` hears each candidate (TP, GPUs, P:D) as it is simulated,
-    with the runs left at most, and each TP degree dropped and why."""
+    with the runs left at most, and each TP degree dropped and why. `steady(columns, span_s)`: '' when a
+    layout's requests in the system settle over the trace's second half, else why not (such a layout,
+    its `unsteady` note set, does not meet the target: `kvsim.planning.rate.fleet_steady.unsteady_note`);
+    None: the attainment of the trace as given decides. `longer(k)`: the workload at `rate_rps` over
+    2**k times the first trace's span (k = 1, 2, ...), or None past the span cap: a layout whose queue
+    still grows runs again on a trace twice as long until it settles, misses the target or reaches the
+    cap (the rate search's rule, `kvsim.planning.rate.steady`); `span_s` in each row is the trace span
+    it was judged on."""
     from kvsim.fleet.config import check_units
     check_units(max_gpus, "--max-gpus")
     if not rate_rps > 0:
@@ -95,23 +103,37 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
             for p in range(1, n + 1):
                 split = f"{p}P:{n - p}D" if p < n else "colocated"
                 say(f"disagg: TP {tp}, {n * tp} GPUs, {split} (run {done + 1} of at most {left})")
-                cols = (run_disagg(tr, DisaggConfig(side, side, p, n - p, link), cost).request_columns() if p < n
-                        else colocated_columns(tr, side, n, cost))
-                found.append({"tp": tp, "gpus": n * tp, "prefill": p % n, "decode": (n - p) % n,
-                              "attainment": attainment(cols, ttft_slo, tpot_slo)})
+                def run(t: Trace, p=p, n=n) -> dict:
+                    return (run_disagg(t, DisaggConfig(side, side, p, n - p, link), cost).request_columns()
+                            if p < n else colocated_columns(t, side, n, cost))
+                t, cols, note, k = tr, run(tr), "", 0
+                att = attainment(cols, ttft_slo, tpot_slo)
+                while steady is not None and att >= target and (note := steady(cols, float(t.arrival_s[-1]))):
+                    k += 1
+                    nxt = longer(k) if longer is not None else None
+                    if nxt is None:
+                        say(f"disagg: TP {tp}, {n * tp} GPUs, {split} does not count: {note}")
+                        break
+                    say(f"disagg: TP {tp}, {n * tp} GPUs, {split}: {note}; running it again on "
+                        f"{nxt.arrival_s[-1]:.0f} s")
+                    t, cols = nxt, run(nxt)
+                    att, note = attainment(cols, ttft_slo, tpot_slo), ""
+                found.append({"tp": tp, "gpus": n * tp, "prefill": p % n, "decode": (n - p) % n, "attainment": att,
+                              "unsteady": note if att >= target else "", "span_s": float(t.arrival_s[-1])})
                 done += 1
-            top = max(found, key=lambda r: r["attainment"])
-            if top["attainment"] >= target:
+            top = max(found, key=lambda r: (not r["unsteady"], r["attainment"]))
+            if top["attainment"] >= target and not top["unsteady"]:
                 rows += found
                 left = done + sum(m for t in tps if t > tp for m in range(2, max_gpus // t + 1))
                 met = True
                 break
-            say(f"disagg: TP {tp}, {n * tp} GPUs dropped: the best of {len(found)} layouts attains "
-                f"{top['attainment']:.1%} < {target:.0%}")
+            say(f"disagg: TP {tp}, {n * tp} GPUs dropped: " + (
+                f"the {len(found)} layouts meeting {target:.0%} still grow their queues" if top["unsteady"] else
+                f"the best of {len(found)} layouts attains {top['attainment']:.1%} < {target:.0%}"))
         if not met:
             say(f"disagg: TP {tp} dropped: no layout of up to {max_gpus} GPUs attains {target:.0%}")
     for r in rows:
-        r["meets"] = r["attainment"] >= target
+        r["meets"] = r["attainment"] >= target and not r["unsteady"]
     passing = [r for r in rows if r["meets"]]
     if not passing:
         raise ValueError(f"no split of up to {max_gpus} GPUs (TP {', '.join(map(str, tp_options))}) serves "

@@ -81,11 +81,12 @@ def run_disagg(trace: Trace, cfg: DisaggConfig, cost=None) -> DisaggSim:
 
 
 def colocated_columns(trace: Trace, cfg: SimConfig, replicas: int, cost=None) -> dict[str, np.ndarray]:
-    """TTFT, TPOT and status per request for `replicas` colocated engines fed round-robin."""
+    """TTFT, TPOT, status, arrival and finish (s) per request for `replicas` colocated engines fed
+    round-robin."""
     if replicas < 1:
         raise ValueError(f"--replicas must be >= 1, got {replicas}")
     num = len(trace)
-    ttft, tpot = np.full(num, np.nan), np.full(num, np.nan)
+    ttft, tpot, finished = np.full(num, np.nan), np.full(num, np.nan), np.full(num, np.nan)
     status = np.empty(num, dtype=object)
     for r in range(replicas):
         idx = np.arange(r, num, replicas)
@@ -97,8 +98,9 @@ def colocated_columns(trace: Trace, cfg: SimConfig, replicas: int, cost=None) ->
         ttft[idx] = first - part.arrival_s
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot[idx] = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan)
-        status[idx] = cols["status"]
-    return {"ttft_s": ttft, "tpot_s": tpot, "status": status}
+        status[idx], finished[idx] = cols["status"], fin
+    return {"ttft_s": ttft, "tpot_s": tpot, "status": status,
+            "arrival_s": np.asarray(trace.arrival_s, dtype=float), "finished_s": finished}
 
 
 def _take(trace: Trace, idx: np.ndarray) -> Trace:

@@ -224,3 +224,42 @@ def test_run_disaggregated_writes_its_folder(tmp_path):
     res = runner.invoke(app, ["run", str(_trace_file(tmp_path)), "--prefill-replicas", "1", "--decode-replicas",
                               "1", "--batching", "static", "--quiet"])
     assert res.exit_code == 2 and "--batching static" in res.output
+
+
+def test_split_search_drops_a_layout_its_steady_check_rejects():
+    """The hand case above with a steady-state check (`steady=`) that rejects every split (the columns of
+    a disaggregated run carry `prefill_instance`): 1P:1D no longer meets; colocation still answers."""
+    from kvsim.fleet.disagg.plan import split_search
+
+    trace = trace_of([(2.0 * k, 4, 2) for k in range(6)])
+    seen = []
+
+    def steady(cols, span):
+        seen.append(span)
+        return "growing" if "prefill_instance" in cols else ""
+
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0), steady=steady)
+    assert [(r["prefill"], r["meets"], r["unsteady"], r["best"]) for r in rows] == [
+        (1, False, "growing", False), (0, True, "", True)]
+    assert seen == [12.0, 12.0]    # the span judged: the last arrival of 6 requests rescaled to 0.5 req/s (6 / 0.5)
+
+
+def test_split_search_reruns_a_growing_layout_on_a_longer_trace():
+    """A check that calls a layout growing until its trace spans 20 s: each layout (1P:1D, colocated)
+    runs again on `longer(1)` (12 requests 2 s apart, the last at 22 s), settles there and meets."""
+    from kvsim.fleet.disagg.plan import split_search
+
+    trace = trace_of([(2.0 * k, 4, 2) for k in range(6)])
+    asked = []
+
+    def longer(k):
+        asked.append(k)
+        return trace_of([(2.0 * j, 4, 2) for j in range(6 * 2 ** k)])
+
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0), steady=lambda cols, span: "growing" if span < 20 else "",
+                        longer=longer)
+    assert asked == [1, 1]
+    assert [(r["prefill"], r["span_s"], r["meets"], r["unsteady"]) for r in rows] == [
+        (1, 22.0, True, ""), (0, 22.0, True, "")]

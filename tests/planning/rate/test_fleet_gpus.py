@@ -15,17 +15,19 @@ def test_search_doubles_then_bisects_and_stops_at_the_gpus_already_found(monkeyp
     def fake(trace, cfg, fleet):         # a fleet meets ttft_p99 <= 1 from 5 replicas at TP 1, 4 at TP 2
         tried.append((cfg.deployment.tp, fleet.replicas))
         ok = fleet.replicas * cfg.deployment.tp >= 5 if cfg.deployment.tp == 1 else fleet.replicas >= 4
-        return {"ttft_s": {"p99": 0.5 if ok else 3.0}, "prefix_cache_hit_rate": 0.0}
+        cols = {k: [] for k in ("arrival_s", "first_token_s", "finished_s", "output_tokens", "status")}
+        return {"ttft_s": {"p99": 0.5 if ok else 3.0}, "prefix_cache_hit_rate": 0.0}, cols
 
-    monkeypatch.setattr(fc, "run_summary", fake)
+    monkeypatch.setattr(fc, "_simulate", fake)     # no requests: no trend, batch means undecided; the span
     df = fc.gpus_for_fleet(4.0, {"ttft_p99": 1.0}, router="round-robin", preset="alpaca", duration_s=10,
-                           model="llama-3-8b", gpu="h100-80gb", tp_options=(1, 2))
+                           model="llama-3-8b", gpu="h100-80gb", tp_options=(1, 2), max_span_s=10)  # cap: 10 s
     # tp 1: 1, 2, 4 fail, 8 meets; bisect 4..8: 6 meets, 5 meets -> 5 replicas
     assert tried[:6] == [(1, 1), (1, 2), (1, 4), (1, 8), (1, 6), (1, 5)]
     # tp 2: at most (5 - 1) // 2 = 2 replicas can beat 5 GPUs: 1 and 2 fail (it needs 4)
     assert tried[6:] == [(2, 1), (2, 2)]
     row1, row2 = df.to_dict("records")
     assert (row1["replicas"], row1["gpus"], row1["runs"], row1["best"]) == (5, 5, 6, True)
+    assert row1["span_s"] == 10 and row1["note"].startswith("uncertain: on 10 s")
     assert row2["replicas"] != row2["replicas"] and "up to 2 replicas" in row2["note"]
 
 
