@@ -275,11 +275,9 @@ def report_cmd(
             sizes = _ints(block_sizes, "--block-sizes")
             tr = _workload(trace, preset, rate, duration, num_requests, seed)
             flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
-            from kvsim.engine.config import kv_capacity
-            from kvsim.planning.runs import make_config
-            from kvsim.fleet.config import FLEET_FLAGS
-            kv_capacity(make_config(**{k: v for k, v in flags.items() if k not in FLEET_FLAGS}))   # bad values
-            # fail here, before any run or progress line
+            from kvsim.planning.sweep.servable import unservable
+            for _, error in unservable([flags])[:1]:        # a bad value fails before any run or progress line
+                raise ValueError(error)
             if fleet_only:
                 from kvsim.planning.studies.fleet_report import fleet_report
                 rep = fleet_report(tr, title, flags, **fleet)
