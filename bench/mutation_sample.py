@@ -73,18 +73,18 @@ def sample(n: int, seed: int, globs: list[str]) -> list[Mutant]:
     while len(out) < n and tries < 100 * n:
         tries += 1
         path = rng.choice(files)
-        lines = path.read_text().splitlines()
-        cand = candidate_lines(path.read_text())
+        text = path.read_text()
+        lines = text.splitlines()
+        cand = candidate_lines(text)
         if not cand:
             continue
         i = rng.choice(cand)
         ops = [(m.start(), m.group(0), new) for pat, new in OPERATORS for m in re.finditer(pat, lines[i])
                if not _in_string(lines[i], m.start())]
         ops = [o for o in ops if "#" not in lines[i][:o[0]]]
-        if re.search(r"\b\d+\b", lines[i]):
-            for m in re.finditer(r"(?<![\w.])(\d+)(?![\w.])", lines[i]):
-                if not _in_string(lines[i], m.start()) and "#" not in lines[i][:m.start()]:
-                    ops.append((m.start(), m.group(0), str(int(m.group(0)) + 1)))
+        for m in re.finditer(r"(?<![\w.])(\d+)(?![\w.])", lines[i]):
+            if not _in_string(lines[i], m.start()) and "#" not in lines[i][:m.start()]:
+                ops.append((m.start(), m.group(0), str(int(m.group(0)) + 1)))
         if not ops:
             continue
         start, old, new = rng.choice(sorted(ops))
