@@ -12,6 +12,18 @@
 - `tpot_ms`: (mean e2e - mean TTFT) / (output_len - 1) with the tokens the server generated, the
   physical decode time per token (vllm bench serve's TPOT is the per-request mean of the same quotient).
 - `throughput_rps`: finished requests over first send to last token.
+
+Engine-side metrics (`ENGINE_METRICS`), from vLLM v1's per-request timestamps on the engine clock
+(`RequestStateStats`: queued_ts when the engine core queues the request, scheduled_ts when it is first
+scheduled, first_token_ts and last_token_ts when the steps that emit those tokens end; the intervals of
+`IterationStats.update_from_finished_request`, exported as `vllm:request_*_time_seconds`):
+- `queue_ms` = scheduled_ts - queued_ts; `prefill_ms` = first_token_ts - scheduled_ts (a preemption
+  before the first token included); `decode_ms` = last_token_ts - first_token_ts;
+- `engine_ttft_ms` = first_token_ts - queued_ts (LLMServingSim's TTFT; vLLM's own TTFT histogram starts
+  at the front end's arrival_time instead, before tokenization).
+kvsim's per-request times are these: arrival_s is queued_ts (kvsim's clock starts when the engine gets
+the request), admitted_s is scheduled_ts (the start of the step that first admits it), first_token_s and
+finished_s the ends of the steps that emit the first and the last token. Means over finished requests, ms.
 """
 
 from __future__ import annotations
@@ -47,6 +59,19 @@ DEFINITIONS = {
     },
 }
 
+#: Engine-side metrics (module docstring), in table order, and their definitions.
+ENGINE_METRICS = ("queue_ms", "engine_ttft_ms", "prefill_ms", "decode_ms")
+ENGINE_DEFINITIONS = {
+    "queue_ms": "scheduled_ts - queued_ts: engine queue to first scheduling (vLLM v1 RequestStateStats, "
+                "vllm:request_queue_time_seconds; mean)",
+    "engine_ttft_ms": "first_token_ts - queued_ts: engine TTFT, no client path (LLMServingSim's TTFT; mean)",
+    "prefill_ms": "first_token_ts - scheduled_ts (vllm:request_prefill_time_seconds; preemptions before the "
+                  "first token included; mean)",
+    "decode_ms": "last_token_ts - first_token_ts (vllm:request_decode_time_seconds; mean)",
+}
+#: vLLM's per-request timestamp names (seconds, any common origin), as a per-request row may carry them.
+TIMESTAMPS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
 
 def summarize(arrival_s, first_s, finished_s, output_tokens, client_path_s, client_output_mean=None) -> dict:
     """The metrics (module docstring) of finished requests: arrays in seconds and tokens;
@@ -70,6 +95,61 @@ def summarize(arrival_s, first_s, finished_s, output_tokens, client_path_s, clie
             "tpot_ms": tpot if client_output_mean is None else float(decode / (out.mean() - 1)),
             "throughput_rps": float(ok.sum() / span) if span > 0 else float("nan"),
             "finished": int(ok.sum())}
+
+
+def engine_summary(queued_s, scheduled_s, first_s, last_s) -> dict:
+    """The engine-side metrics (ms, means) of the requests with all four times finite (seconds)."""
+    q, s, f, last = (np.asarray(a, dtype=float) for a in (queued_s, scheduled_s, first_s, last_s))
+    ok = np.isfinite(q) & np.isfinite(s) & np.isfinite(f) & np.isfinite(last)
+    if not ok.any():
+        return {}
+    q, s, f, last = q[ok], s[ok], f[ok], last[ok]
+    return {"queue_ms": float((s - q).mean() * 1e3), "engine_ttft_ms": float((f - q).mean() * 1e3),
+            "prefill_ms": float((f - s).mean() * 1e3), "decode_ms": float((last - f).mean() * 1e3)}
+
+
+def _column(rows, key: str, where: str) -> np.ndarray:
+    values = []
+    for k, row in enumerate(rows):
+        if key not in row:
+            raise ValueError(f"{where}: request {k + 1} has no field {key!r} (other requests carry it)")
+        try:
+            values.append(float(row[key]))
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: request {k + 1}: field {key!r} must be a number, got {row[key]!r}") from None
+    return np.array(values)
+
+
+def _ordered(earlier: np.ndarray, later: np.ndarray, names: tuple[str, str], where: str) -> None:
+    bad = np.flatnonzero(later < earlier - 1e-6)        # (a microsecond for rounding)
+    if len(bad):
+        raise ValueError(f"{where}: request {bad[0] + 1}: field {names[1]!r} ({later[bad[0]]}) is before "
+                         f"{names[0]!r} ({earlier[bad[0]]})")
+
+
+def engine_from_requests(rows, client: str, where: str) -> dict:
+    """The engine-side metrics of per-request rows that carry them: vLLM's four timestamps (`TIMESTAMPS`)
+    give all four; on the engine clock (`client` vllm-engine: ttft_ms and e2e_ms from queued_ts) the rows
+    give engine TTFT and decode, and with `queue_ms` the queue and prefill too; an HTTP client's rows give
+    only `queue_ms` where they have it. {} when they carry none. A field some rows lack, or times out of
+    order, is a ValueError naming the request and field."""
+    if any(key in row for row in rows for key in TIMESTAMPS):
+        q, s, f, last = (_column(rows, key, where) for key in TIMESTAMPS)
+        for a, b, names in ((q, s, TIMESTAMPS[:2]), (s, f, TIMESTAMPS[1:3]), (f, last, TIMESTAMPS[2:])):
+            _ordered(a, b, names, where)
+        return engine_summary(q, s, f, last)
+    out = {}
+    queue = _column(rows, "queue_ms", where) if any("queue_ms" in row for row in rows) else None
+    if client == "vllm-engine":
+        ttft, e2e = _column(rows, "ttft_ms", where), _column(rows, "e2e_ms", where)
+        _ordered(ttft, e2e, ("ttft_ms", "e2e_ms"), where)
+        out = {"engine_ttft_ms": float(ttft.mean()), "decode_ms": float((e2e - ttft).mean())}
+        if queue is not None:
+            _ordered(queue, ttft, ("queue_ms", "ttft_ms"), where)
+            out["prefill_ms"] = float((ttft - queue).mean())
+    if queue is not None:
+        out["queue_ms"] = float(queue.mean())
+    return out
 
 
 def measured_from_requests(rows, where: str) -> dict:
@@ -99,10 +179,13 @@ def predicted(result, trace, stage_of: np.ndarray, path_s, client_output_means: 
     first = np.array(cols["first_token_s"], dtype=float)
     arrival = np.asarray(trace.arrival_s, dtype=float)
     out = np.asarray(cols["output_tokens"])
-    stats = {-1: summarize(arrival, first, done, out, path_s, client_output_means.get(-1))}
+    admitted = np.asarray(cols.get("admitted_s", np.full(len(arrival), np.nan)), dtype=float)
+    stats = {-1: {**summarize(arrival, first, done, out, path_s, client_output_means.get(-1)),
+                  **engine_summary(arrival, admitted, first, done)}}
     stages = np.unique(stage_of)
     for k in stages if len(stages) > 1 else ():
         m = stage_of == k
-        stats[int(k)] = summarize(arrival[m], first[m], done[m], out[m],
-                                  np.broadcast_to(path_s, arrival.shape)[m], client_output_means.get(int(k)))
+        stats[int(k)] = {**summarize(arrival[m], first[m], done[m], out[m],
+                                     np.broadcast_to(path_s, arrival.shape)[m], client_output_means.get(int(k))),
+                         **engine_summary(arrival[m], admitted[m], first[m], done[m])}
     return stats

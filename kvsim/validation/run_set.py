@@ -28,10 +28,11 @@ def profile_and_path(name: str) -> tuple[object, ClientPath]:
 
 def read_runs(paths, server=None) -> list:
     """MeasuredRuns of `paths` (folders or files; a folder holding run folders is expanded)."""
+    from kvsim.validation.inference_perf.folder import results_folder
     from kvsim.validation.measured import read_run
     out = []
     for p in map(Path, paths):
-        if p.is_dir() and not (p / "server.json").exists():
+        if p.is_dir() and not (p / "server.json").exists() and results_folder(p) is None:
             subs = sorted(q for q in p.iterdir() if (q / "server.json").is_file())
             if not subs:
                 raise ValueError(f"{p}: not a run folder (no server.json) and holds none")
