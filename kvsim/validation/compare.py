@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from statistics import median
 
-from kvsim.validation.metrics import HEADLINE, METRICS
+from kvsim.validation.metrics import ENGINE_METRICS, HEADLINE, METRICS
 
 
 def ape(measured: float | None, predicted: float | None) -> float | None:
@@ -21,12 +21,13 @@ def ape(measured: float | None, predicted: float | None) -> float | None:
 
 def rows(replays, stage: int = -1, key: str = "predicted") -> list[dict]:
     """One dict per (run, metric) at `stage`: run, metric, measured, predicted, ape_pct (None where not
-    replayed); `key` picks which prediction ("predicted", or "loo" after calibration)."""
+    replayed); `key` picks which prediction ("predicted", or "loo" after calibration). The engine-side
+    metrics appear for the runs that measured them."""
     out = []
     for r in replays:
         meas = r.measured.get(stage, {})
         pred = (getattr(r, key) or {}).get(stage, {})
-        for m in METRICS:
+        for m in METRICS + ENGINE_METRICS:
             if m not in meas:
                 continue
             out.append({"run": r.name, "metric": m, "measured": meas[m], "predicted": pred.get(m),

@@ -61,13 +61,16 @@ DEFINITIONS = {
 
 #: Engine-side metrics (module docstring), in table order, and their definitions.
 ENGINE_METRICS = ("queue_ms", "engine_ttft_ms", "prefill_ms", "decode_ms")
+ENGINE_FORMULAS = {"queue_ms": "scheduled_ts - queued_ts", "engine_ttft_ms": "first_token_ts - queued_ts",
+                   "prefill_ms": "first_token_ts - scheduled_ts", "decode_ms": "last_token_ts - first_token_ts"}
 ENGINE_DEFINITIONS = {
-    "queue_ms": "scheduled_ts - queued_ts: engine queue to first scheduling (vLLM v1 RequestStateStats, "
+    "queue_ms": f"{ENGINE_FORMULAS['queue_ms']}: engine queue to first scheduling (vLLM v1 RequestStateStats, "
                 "vllm:request_queue_time_seconds; mean)",
-    "engine_ttft_ms": "first_token_ts - queued_ts: engine TTFT, no client path (LLMServingSim's TTFT; mean)",
-    "prefill_ms": "first_token_ts - scheduled_ts (vllm:request_prefill_time_seconds; preemptions before the "
+    "engine_ttft_ms": f"{ENGINE_FORMULAS['engine_ttft_ms']}: engine TTFT, no client path (LLMServingSim's "
+                      "TTFT; mean)",
+    "prefill_ms": f"{ENGINE_FORMULAS['prefill_ms']} (vllm:request_prefill_time_seconds; preemptions before the "
                   "first token included; mean)",
-    "decode_ms": "last_token_ts - first_token_ts (vllm:request_decode_time_seconds; mean)",
+    "decode_ms": f"{ENGINE_FORMULAS['decode_ms']} (vllm:request_decode_time_seconds; mean)",
 }
 #: vLLM's per-request timestamp names (seconds, any common origin), as a per-request row may carry them.
 TIMESTAMPS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")

@@ -3,8 +3,9 @@ compute each metric as the client defines it.
 
 `replay(run)` returns a `Replay` holding the measured and predicted metrics per stage (-1: the whole
 run), the start-up KV blocks (predicted, and measured where known), the simulation's own figures that
-explain a miss (mean batch, prefix-cache hit rate, whether the batch pinned at max_num_seqs), and `skip`
-when the run cannot be replayed (no such GPU, data parallelism) with the reason in one line.
+explain a miss (mean batch, prefix-cache hit rate, whether the batch pinned at max_num_seqs), the
+predicted per-request times (`request_times`: vLLM's engine timestamps and the client's TTFT and e2e),
+and `skip` when the run cannot be replayed (no GPU preset) with the reason in one line.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Replay:
     sim: dict = field(default_factory=dict)
     wall_s: float = 0.0
     parts: tuple = field(default=(), repr=False)    # (config, trace, stage_of, SimResult) when kept
+    requests: dict = field(default_factory=dict, repr=False)   # `request_times` of the prediction
 
     def to_dict(self) -> dict:
         def stages(d):
@@ -97,6 +99,7 @@ def replay(run: MeasuredRun, profile=None, client_path: ClientPath | None = None
         out.skip = str(exc)
         return out
     out.wall_s = time.perf_counter() - start
+    out.requests = request_times(parts, (client_path or ClientPath()), run.client)
     if keep:
         out.parts = parts
     known = (run.server.get("measured_kv_blocks") or {}).get("gpu_blocks")
@@ -104,6 +107,29 @@ def replay(run: MeasuredRun, profile=None, client_path: ClientPath | None = None
         out.sim["kv_blocks_measured"] = int(known)
     out.note = explain(out)
     return out
+
+
+def request_times(parts, client_path: ClientPath, client: str) -> dict:
+    """Per predicted request, as numpy columns: id, stage, prompt and output tokens, status; vLLM's
+    engine timestamps (s: queued_s = kvsim's arrival, scheduled_s = first admission, first_token_s,
+    last_token_s = finished) and the intervals of `kvsim.validation.metrics.ENGINE_DEFINITIONS` (ms);
+    `client_path_ms` and `ttft_ms`, `e2e_ms` as the run's client defines them (NaN where unfinished)."""
+    import numpy as np
+    _, trace, stage_of, result = parts
+    cols = result.request_columns
+    queued = np.asarray(trace.arrival_s, dtype=float)
+    done = np.array(cols["finished_s"], dtype=float)
+    done[np.asarray(cols["status"]) != "finished"] = np.nan
+    sched = np.asarray(cols.get("admitted_s", np.full(len(queued), np.nan)), dtype=float)
+    first = np.asarray(cols["first_token_s"], dtype=float)
+    path = np.broadcast_to(client_path.seconds(trace.prompt_tokens.astype(float), client), queued.shape)
+    return {"id": np.asarray(cols.get("id", np.arange(len(queued)))), "stage": np.asarray(stage_of),
+            "prompt_tokens": np.asarray(cols["prompt_tokens"]), "output_tokens": np.asarray(cols["output_tokens"]),
+            "status": np.asarray(cols["status"]), "queued_s": queued, "scheduled_s": sched,
+            "first_token_s": first, "last_token_s": done, "queue_ms": (sched - queued) * 1e3,
+            "engine_ttft_ms": (first - queued) * 1e3, "prefill_ms": (first - sched) * 1e3,
+            "decode_ms": (done - first) * 1e3, "client_path_ms": path * 1e3,
+            "ttft_ms": (first - queued + path) * 1e3, "e2e_ms": (done - queued + path) * 1e3}
 
 
 def explain(r: Replay) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kvsim.validation.client_path import ClientPath
 from kvsim.validation.compare import medians, medians_by, published, published_medians, rows, worst
-from kvsim.validation.metrics import DEFINITIONS, METRICS
+from kvsim.validation.metrics import DEFINITIONS, ENGINE_DEFINITIONS, ENGINE_FORMULAS, ENGINE_METRICS, METRICS
 
 FORMAT = "kvsim-validation/1"
 
@@ -75,7 +75,9 @@ def document(replays, profile_name: str, client_path: ClientPath, wall_s: float,
            "median_ape_pct_by_model": medians_by(replays, "model", key=key), "worst_runs": worst(replays, key=key),
            "published_simulators": {"rows": pub, "median_ape_pct": published_medians(pub)},
            "skipped": {r.name: r.skip for r in replays if r.skip},
-           "metric_definitions": {c: DEFINITIONS[c] for c in sorted({r.client for r in replays})},
+           "median_ape_pct_engine": medians(table, ENGINE_METRICS),
+           "metric_definitions": {**{c: DEFINITIONS[c] for c in sorted({r.client for r in replays})},
+                                  "engine-side (vLLM request timestamps)": ENGINE_DEFINITIONS},
            "wall_s": wall_s}
     return _clean(doc)
 
@@ -86,27 +88,49 @@ def _fmt(v) -> str:
     return f"{v:,.1f}" if abs(v) < 1e5 else f"{v:,.0f}"
 
 
-def text_table(replays, key: str = "predicted") -> str:
-    """Plain-text table: one line per run, measured / predicted / APE per metric; then the medians."""
-    short = {"e2e_ms": "e2e ms", "ttft_ms": "TTFT ms", "itl_ms": "ITL ms", "tpot_ms": "TPOT ms",
-             "throughput_rps": "req/s"}
-    width = max([len(r.name) for r in replays] + [10])
-    lines = ["run".ljust(width) + "".join(f" | {short[m]:>28}" for m in METRICS),
-             " " * width + "".join(f" | {'measured  predicted   err%':>28}" for _ in METRICS)]
+_SHORT = {"e2e_ms": "e2e ms", "ttft_ms": "TTFT ms", "itl_ms": "ITL ms", "tpot_ms": "TPOT ms",
+          "throughput_rps": "req/s", "queue_ms": "queue ms", "engine_ttft_ms": "engine TTFT ms",
+          "prefill_ms": "prefill ms", "decode_ms": "decode ms"}
+
+
+def _block(replays, metrics, key: str, width: int, title: str) -> list[str]:
+    from kvsim.validation.compare import ape
+    lines = [title.ljust(width) + "".join(f" | {_SHORT[m]:>28}" for m in metrics),
+             " " * width + "".join(f" | {'measured  predicted   err%':>28}" for _ in metrics)]
     for r in replays:
         if r.skip:
             lines.append(r.name.ljust(width) + f" | not replayed: {r.skip}")
             continue
         meas, pred = r.measured.get(-1, {}), (getattr(r, key) or {}).get(-1, {})
-        cells = []
-        for m in METRICS:
-            from kvsim.validation.compare import ape
-            e = ape(meas.get(m), pred.get(m))
-            cells.append(f" | {_fmt(meas.get(m)):>9} {_fmt(pred.get(m)):>10} {_fmt(e):>7}")
-        lines.append(r.name.ljust(width) + "".join(cells))
-    med = medians(rows(replays, key=key), METRICS)
-    lines.append("median APE %".ljust(width) + "".join(f" | {_fmt(med[m]):>28}" for m in METRICS))
+        lines.append(r.name.ljust(width) + "".join(
+            f" | {_fmt(meas.get(m)):>9} {_fmt(pred.get(m)):>10} {_fmt(ape(meas.get(m), pred.get(m))):>7}"
+            for m in metrics))
+    med = medians(rows(replays, key=key), metrics)
+    lines.append("median APE %".ljust(width) + "".join(f" | {_fmt(med[m]):>28}" for m in metrics))
+    return lines
+
+
+def text_table(replays, key: str = "predicted") -> str:
+    """Plain-text tables: one line per run, measured / predicted / APE per metric, then the medians; the
+    client's metrics, then the engine-side ones (measured where the input carries them); definitions."""
+    width = max([len(r.name) for r in replays] + [12])
+    lines = _block(replays, METRICS, key, width, "run")
     clients = sorted({r.client for r in replays})
     lines.append("Definitions: " + "; ".join(f"{c}: TTFT = {DEFINITIONS[c]['ttft_ms']}, ITL = {DEFINITIONS[c]['itl_ms']}"
                                               for c in clients))
+    lines += [""] + _block(replays, ENGINE_METRICS, key, width, "engine side")
+    lines.append("Engine-side definitions (vLLM's per-request timestamps, engine clock; kvsim: queued = arrival "
+                 "at the engine, scheduled = first admission): " + "; ".join(
+                     f"{_SHORT[m].removesuffix(' ms')} = {ENGINE_FORMULAS[m]}"
+                     for m in ENGINE_METRICS))
     return "\n".join(lines)
+
+
+def requests_csv(replays) -> str:
+    """The predicted per-request times of every replayed run (`kvsim.validation.replay.request_times`),
+    one CSV with a leading `run` column."""
+    import pandas as pd
+    frames = [pd.DataFrame({"run": r.name, **r.requests}) for r in replays if r.requests]
+    if not frames:
+        return ""
+    return pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.6f")

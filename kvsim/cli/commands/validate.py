@@ -34,12 +34,18 @@ def validate_cmd(runs: List[Path] = RunsArg, server: Optional[Path] = ServerOpt,
                                                          "strict JSON here."),
                  figure: Optional[Path] = typer.Option(None, "--figure", help="Write predicted against "
                                                        "measured (PNG) here."),
+                 requests_out: Optional[Path] = typer.Option(None, "--requests", help="Write every predicted "
+                                                             "request's times (CSV: vLLM's queued/scheduled/"
+                                                             "first/last token timestamps in s, queue, engine "
+                                                             "TTFT, prefill, decode and the client's TTFT and "
+                                                             "e2e in ms) here."),
                  quiet: bool = typer.Option(False, "--quiet", help="No table.")) -> None:
     """Replay measured vLLM runs through kvsim with the server's flags: per run and metric the measured
-    value, the prediction and the absolute percentage error (%), with medians over runs."""
-    from kvsim.files import check_output_file
-    from kvsim.validation.run_set import document, profile_and_path, read_runs, replay_all, text_table
-    for path, flag in ((json_out, "--json"), (figure, "--figure")):
+    value, the prediction and the absolute percentage error (%), with medians over runs; the client's
+    metrics, then the engine-side ones (vLLM's request timestamps)."""
+    from kvsim.files import check_output_file, write_text_atomic
+    from kvsim.validation.run_set import document, profile_and_path, read_runs, replay_all, requests_csv, text_table
+    for path, flag in ((json_out, "--json"), (figure, "--figure"), (requests_out, "--requests")):
         if path is not None:
             check_output_file(path, flag)
     profile, client = profile_and_path(engine_profile)
@@ -53,6 +59,8 @@ def validate_cmd(runs: List[Path] = RunsArg, server: Optional[Path] = ServerOpt,
                    f"engine profile {getattr(profile, 'name', engine_profile)}")
     if json_out is not None:
         _write_json(json_out, document(replays, getattr(profile, "name", engine_profile), client, wall), "--json")
+    if requests_out is not None:
+        write_text_atomic(requests_out, requests_csv(replays), "--requests")
     if figure is not None:
         from kvsim.planning.reports.document import png_bytes
         from kvsim.files import atomic_write
