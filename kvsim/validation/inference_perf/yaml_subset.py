@@ -147,5 +147,6 @@ def loads(text: str, source: str = "<yaml>"):
         return None
     value, i = lines.block(0, lines.items[0][0])
     if i < len(lines.items):
-        raise ValueError(f"{lines.where(i)}: unexpected indentation")
+        raise ValueError(f"{lines.where(i)}: unexpected indentation (a plain scalar continued on this line "
+                         "is not read)")
     return value
