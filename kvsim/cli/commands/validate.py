@@ -10,10 +10,11 @@ from typing import List, Optional
 import typer
 
 RunsArg = typer.Argument(..., help="Measured runs: folders as real-runs/* (server.json, workload.json or "
-                         "requests.jsonl, measured.json), a folder of them, a `vllm bench serve "
-                         "--save-result` JSON or a per-request JSONL (these two with --server).")
+                         "requests.jsonl, measured.json), a folder of them, an inference-perf report folder "
+                         "(results/config.yaml, stage_N_ and summary_lifecycle_metrics.json), a `vllm bench "
+                         "serve --save-result` JSON or a per-request JSONL (these two with --server).")
 ServerOpt = typer.Option(None, "--server", help="server.json (model, hf_config, gpu, TP, vLLM flags; as "
-                         "real-runs/*/server.json) for a single-file run.")
+                         "real-runs/*/server.json) for a single-file run or an inference-perf folder.")
 GpuOpt = typer.Option(None, "--gpu", help="kvsim GPU preset to use instead of the run's own GPU name.")
 ScaleOpt = typer.Option(1.0, "--scale", min=0.01, max=1.0, help="Shorten each generated stage to this "
                         "share of its duration (same rate); replayed request lists keep this share.")
