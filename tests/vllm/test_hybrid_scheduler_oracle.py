@@ -99,6 +99,8 @@ def run_kvsim(case: dict) -> list[dict]:
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_batched_tokens=mbt,
                                                     chunked_prefill=True), max_seq_len=case["max_model_len"],
                       block_ids=(lambda i: trace.prompt_block_ids(i, bs)) if caching else None)
+    if case.get("async_scheduling"):
+        sched.use_async_scheduling()
     for i in range(len(reqs)):
         sched.add(i, 0.0)
     out, now, hits = [], 0.0, {}

@@ -17,7 +17,37 @@ from kvsim.alloc.hybrid.groups import NEVER
 
 
 class HybridWindows:
-    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`."""
+    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`, and the async-scheduling lag
+    of its window frees (`async_lag`, `_processed`, `hold_still`)."""
+
+    #: vLLM's async scheduling (kvsim/engine/batching/settle.py sets it): windows free blocks only from
+    #: the tokens whose batch has completed (`_processed`); events stay as without (early: safe)
+    async_lag = False
+
+    def _processed(self, seq) -> int:
+        """Tokens of `seq` whose step has completed: all of them, or under async scheduling
+        (`async_lag`) all but those of the batch still in flight, which vLLM 0.33's `allocate_slots`
+        frees windows from (`total_computed_tokens - request.num_in_flight_tokens`): the tokens before
+        its last growth if that was the previous step (`lag_to`; `hold_still` marks a step without
+        one), else one less (a decode token each step)."""
+        if not self.async_lag:
+            return seq.tokens
+        return seq.lag_from if seq.tokens == seq.lag_to else seq.tokens - 1
+
+    def hold_still(self, seq_id: int) -> None:
+        """Async scheduling: `seq_id` is running but grows by nothing in this step (a prefill chunk
+        left without token budget), so at the next step none of its tokens is in flight."""
+        seq = self._seq(seq_id)
+        seq.lag_from = seq.lag_to = seq.tokens
+
+    def _need(self, seq, num_tokens: int) -> int:
+        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
+        need, new, tables = 0, seq.tokens + num_tokens, seq.tables
+        for g, rules in self._taking:
+            more = rules.entries_for(new) - len(tables[g])
+            if more > 0:
+                need += more
+        return need
 
     def _give_blocks(self, seq, takers: list[int]) -> None:
         """Append a block from the pool to each of `seq`'s groups `takers` (as many free, checked)."""
@@ -96,6 +126,7 @@ class HybridWindows:
             return steps
         rules, state, heap = self.rules, [], []
         ref = self._ref if self._cache is not None else None
+        lag = self.async_lag
         for k, seq in enumerate(seqs):
             state.append(([len(t) for t in seq.tables], list(seq.nulls)))
             if seq.event - seq.tokens < steps:
@@ -109,9 +140,11 @@ class HybridWindows:
                 free, step, takes, drops = free + drops - takes, j, 0, 0
             entries, nulls = state[k]
             computed = seqs[k].tokens + j
+            # (async scheduling: frees counted from the processed tokens, as `_drop_skipped` frees)
+            processed = computed if not lag else self._processed(seqs[k]) if j == 0 else computed - 1
             event = computed + 1 + steps
             for g, r in enumerate(rules):
-                skip = r.skipped_entries(computed)
+                skip = r.skipped_entries(processed)
                 if skip > nulls[g]:
                     if ref is None:
                         drops += skip - nulls[g]
