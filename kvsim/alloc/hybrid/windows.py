@@ -34,6 +34,12 @@ class HybridWindows:
             return seq.tokens
         return seq.lag_from if seq.tokens == seq.lag_to else seq.tokens - 1
 
+    def register_known(self, seq_id: int) -> None:
+        """Async scheduling: `seq_id`'s last step completed (its outputs arrived), so its full blocks
+        are cached (vLLM's `update_from_output` -> `cache_blocks`), e.g. before it is freed finished."""
+        if self._cache is not None:
+            self._register(self._seq(seq_id))
+
     def hold_still(self, seq_id: int) -> None:
         """Async scheduling: `seq_id` is running but grows by nothing in this step (a prefill chunk
         left without token budget), so at the next step none of its tokens is in flight."""
@@ -65,7 +71,7 @@ class HybridWindows:
         event = tokens + NEVER
         if self._cache is not None and seq.at < 0:   # its next full block is registered (not ticking:
             # kvsim/alloc/hybrid/ticks.py registers a ticking sequence's blocks at its next event)
-            event = -(-(tokens + 1) // bs) * bs - 1
+            event = -(-(tokens + 1) // bs) * bs - 1 if not self.async_lag else -(-tokens // bs) * bs
         tables, nulls = seq.tables, seq.nulls
         for g in self._take_ids:        # (`next_take` of every taking kind: entries x block_size)
             take = len(tables[g]) * bs
@@ -100,8 +106,8 @@ class HybridWindows:
             self._give_blocks(seq, takers)
         seq.tokens = c + 1
         self._sum_tokens += 1
-        if self._cache is not None:
-            self._register(seq)
+        if self._cache is not None:      # (async: the token sampled last step is not known yet)
+            self._register(seq, c if self.async_lag else None)
         self._set_event(seq)
         return True
 

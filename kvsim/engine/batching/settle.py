@@ -65,7 +65,11 @@ class AsyncSettle:
         settling = self.settling
         if not settling:
             return
+        known = getattr(self.alloc, "register_known", None)
         for i in [i for i in self.running if i in settling]:
+            if known is not None:        # (its outputs arrived: its last blocks are cached, then freed)
+                for s in self.seq_ids(i):
+                    known(s)
             self.running.remove(i)
             self.running_seqs -= self.n[i]
             self._finished_blocks(i)
@@ -74,6 +78,9 @@ class AsyncSettle:
 
     def _mark_finished(self, retire: list[int], now: float) -> None:
         """Async scheduling's `_retire`: finished at `now` (counted, stamped), held until `_settle`."""
+        if len(retire) > 1:          # (put in batch order, in place: `plan.finished`, as vLLM reports them)
+            done = set(retire)
+            retire[:] = [i for i in self.running if i in done]
         for i in retire:
             self.status[i], self.finished_s[i] = FINISHED, now
             self.num_finished += 1
