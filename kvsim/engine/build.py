@@ -71,7 +71,7 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
                                cpu_tier_blocks=cpu_tier_blocks(cfg, cache.block_size))
     else:                           # layers other than full attention: vLLM's KV cache groups
         block_size = plan.block_size
-        capacity = plan.num_blocks * block_size
+        capacity = (plan.num_blocks - 1) * block_size     # vLLM's pool less its null block (block_pool.py)
         alloc = _plan_allocator(plan, cfg, capacity)
     if cache.cpu_kv_gib and (getattr(alloc, "cpu_tier", None) is None or cfg.scheduler.batching == "static"):
         raise ValueError("--cpu-kv-gib: the CPU tier keeps prefix-cache blocks: it needs prefix caching on the "
