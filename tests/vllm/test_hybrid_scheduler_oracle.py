@@ -86,7 +86,9 @@ def _content_ids(tokens: list[int], block_size: int) -> list[int]:
 
 
 def run_kvsim(case: dict) -> list[dict]:
-    """kvsim's Scheduler and HybridAllocator with vLLM's settings; the driver's records."""
+    """kvsim's Scheduler and HybridAllocator with vLLM's settings (its KV cache group order; async
+    scheduling's one batch in flight where the case asks, `Scheduler.use_async_scheduling`); the driver's
+    records."""
     reqs, mbt, bs, caching = case["requests"], case["max_num_batched_tokens"], case["block_size"], case.get("caching")
     hashes = [_content_ids(p, bs) for p in case["prompts"]] if caching else None
     trace = Trace.from_arrays([0.0] * len(reqs), [p for p, _ in reqs], [o for _, o in reqs], block_hashes=hashes,
