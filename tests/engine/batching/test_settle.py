@@ -41,7 +41,7 @@ def test_windows_are_exact_and_the_lag_changes_the_run(flags, monkeypatch):
         s.pop("sim_wall_s")
     assert a == b
     assert fast.steps.used_blocks.tolist() == slow.steps.used_blocks.tolist()
-    assert a["requests_finished"] == plain["requests_finished"] > 50
+    assert a["requests_finished"] == plain["requests_finished"] > 20
     assert a != plain          # finished requests hold their blocks a step longer: the run changes
 
 
