@@ -84,17 +84,19 @@ def experts_touched(tokens: int, experts: int, top_k: int) -> float:
 class V1CostModel(CostModel):
     """vLLM V1's step time (module docstring). `max_num_seqs`/`max_batched_tokens` set the CUDA-graph
     capture sizes (`enforce_eager`: none); `cpu_step_s + cpu_seq_s x sequences` is the CPU work async
-    scheduling overlaps with the GPU; `paged`: apply the calibration file's paged factor."""
+    scheduling overlaps with the GPU (`overlap_cpu`; without async scheduling it adds to it); `paged`:
+    apply the calibration file's paged factor."""
 
     def __init__(self, deployment: Deployment, block_size: int, paged: bool = False,
                  calibration: Calibration | None = None, *, max_num_seqs: int = 256,
                  max_batched_tokens: int = 8192, enforce_eager: bool = False,
-                 cpu_step_s: float = 0.0, cpu_seq_s: float = 0.0):
+                 cpu_step_s: float = 0.0, cpu_seq_s: float = 0.0, overlap_cpu: bool = True):
         super().__init__(deployment, block_size, paged, calibration, step_overhead_s=0.0)
         model, gpu, tp = deployment.model, deployment.gpu, deployment.tp
         layers = model.num_layers
         self.capture = () if enforce_eager else capture_sizes(max_num_seqs, max_batched_tokens)
         self.cpu_step_s, self.cpu_seq_s = cpu_step_s, cpu_seq_s
+        self.overlap_cpu = overlap_cpu      # False: --no-async-scheduling, the CPU work comes before the GPU's
         wbytes = model.weight_bytes_per_param
         eff = FP8_GEMM_EFFICIENCY if gpu.flops(wbytes) != gpu.bf16_flops else LINEAR_FLOP_EFFICIENCY
         linear_params, read_bytes = _param_split(model)
@@ -189,7 +191,8 @@ class V1CostModel(CostModel):
         compute = (gemm_compute if gemm_compute > gemm_memory else 0.0) + prefill
         memory = (gemm_memory if gemm_compute <= gemm_memory else 0.0) + decode + store
         seqs = decode_seqs + (1 if prefill_tokens else 0)
-        return max(gpu, self.cpu_work(seqs)), compute > memory
+        cpu = self.cpu_work(seqs)
+        return (max(gpu, cpu) if self.overlap_cpu else gpu + cpu), compute > memory
 
     def step_time(self, prefill_tokens: int, prefill_attn_tokens: int,
                   decode_seqs: int, decode_context_tokens: int) -> float:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from kvsim.alloc import make_allocator
 from kvsim.alloc.contiguous.groups import GroupedContiguousAllocator, GroupShare
 from kvsim.alloc.paged.allocator import PagedAllocator
-from kvsim.engine.config import SimConfig, concurrent_batches, kv_cache_plan, kv_capacity
+from kvsim.engine.config import SimConfig, async_scheduling_on, concurrent_batches, kv_cache_plan, kv_capacity
 from kvsim.cost.adjusted import adjust_cost
 from kvsim.cost.roofline import CostModel
 from kvsim.cost.profiles import EngineProfile
@@ -71,7 +71,7 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
                                cpu_tier_blocks=cpu_tier_blocks(cfg, cache.block_size))
     else:                           # layers other than full attention: vLLM's KV cache groups
         block_size = plan.block_size
-        capacity = plan.num_blocks * block_size
+        capacity = (plan.num_blocks - 1) * block_size     # vLLM's pool less its null block (block_pool.py)
         alloc = _plan_allocator(plan, cfg, capacity)
     if cache.cpu_kv_gib and (getattr(alloc, "cpu_tier", None) is None or cfg.scheduler.batching == "static"):
         raise ValueError("--cpu-kv-gib: the CPU tier keeps prefix-cache blocks: it needs prefix caching on the "
@@ -102,11 +102,13 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
         kind = SchedulerV0          # vLLM 0.1.4's policy (the vllm-2023 profile on paged memory)
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
-    if profile.time_model == "vllm-v1" and kind is Scheduler:     # async scheduling: one step ahead
+    if profile.time_model == "vllm-v1" and kind is Scheduler and async_scheduling_on(cfg):
+        # async scheduling: one step ahead (arrivals). (Its one batch in flight, Scheduler.use_async_scheduling
+        # (kvsim/engine/batching/settle.py), checked against vLLM step by step, is not switched on in runs yet)
         sched.async_lag, sched.arrival_times = True, trace.arrival_s.tolist()
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
     cost = cost_model(dep, page, penalty, cfg.calibration, profile, cfg.scheduler.max_num_seqs,
-                      cfg.scheduler.max_batched_tokens, cfg.enforce_eager)    # roofline or vLLM V1's
+                      cfg.scheduler.max_batched_tokens, cfg.enforce_eager, async_scheduling_on(cfg))
     cost = adjust_cost(cost, profile, dep)      # a calibrated profile's fitted GPU-side parameters
     return RunParts(alloc, sched, cost, capacity, block_size, profile)
 

@@ -196,7 +196,9 @@ def async_scheduling_on(cfg: SimConfig) -> bool:
     `--async-scheduling` / `--no-async-scheduling` when given, else on unless vLLM turns it off: for
     pooling models, executors without it, ROCm DeepEP DBO, or the V1 model runner with pipeline
     parallelism or a non-EAGLE speculative method. kvsim simulates none of those (generation models, one
-    pipeline stage, no speculative decoding), so its default is on."""
+    pipeline stage, no speculative decoding; every executor vLLM 0.33 ships supports it: uni, mp, and ray,
+    whose RayExecutorV2 is a MultiprocExecutor; `--distributed-executor-backend` is accepted, no effect), so
+    its default is on."""
     return True if cfg.scheduler.async_scheduling is None else cfg.scheduler.async_scheduling
 
 
@@ -239,6 +241,8 @@ def kv_cache_plan(cfg: SimConfig) -> KVCachePlan | None:
         kv_bytes = (int(cache.kv_gib * GIB // dep.tp) if cache.kv_gib is not None else
                     int(dep.kv_memory_per_gpu(cache.gpu_mem_util, tokens)))
     return plan_kv_cache(dep.model, dep.tp, cache.block_size, kv_bytes_per_gpu=kv_bytes,
-                         num_blocks=cache.num_blocks, max_num_batched_tokens=tokens,
+                         # (--num-blocks counts usable blocks; vLLM's count adds its null block)
+                         num_blocks=None if cache.num_blocks is None else cache.num_blocks + 1,
+                         max_num_batched_tokens=tokens,
                          hybrid=cache.hybrid_kv_cache, prefix_caching=prefix_caching_on(cfg),
                          max_concurrent_batches=concurrent_batches(cfg))

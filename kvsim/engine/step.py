@@ -155,7 +155,10 @@ class Stepper:
         if tables:
             plan.tables = sched.block_tables()
             plan.group_tables = sched.block_tables(groups=True)
-        duration, bound = self._timed_step(plan)
+        if plan.prefills or plan.decodes or plan.swap_tokens:
+            duration, bound = self._timed_step(plan)
+        else:       # (async scheduling's empty batch while finished requests settle: nothing runs)
+            duration, bound = 0.0, False
         plan.starts.append(now)
         plan.durations.append(duration)
         plan.compute_bound.append(bound)
@@ -173,7 +176,9 @@ class Stepper:
             return own(self, last, now, next_arrival)
         if self.async_lag and sched.deferred:
             return None      # a request deferred by async scheduling is admitted by the next step
-        if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped) \
+        # (`freed`: async scheduling freed the requests that finished the step before: settle.py)
+        if (last.prefills or last.swap_tokens or last.preempted or last.finished or last.freed) \
+                and (sched.waiting or sched.swapped) \
                 and not self._after_blocked_prefill(last):
             return None      # the next step may admit or swap in (else it only decodes: steady)
         if not last.waiting[-1] and (sched.waiting or (next_arrival < len(times)

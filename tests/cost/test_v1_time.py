@@ -58,6 +58,9 @@ def test_async_scheduling_overlaps_cpu_work():
     gpu = model().step_time(0, 0, 3, 300)
     assert model(cpu_step_s=1e-3).step_time(0, 0, 3, 300) == pytest.approx(1e-3)           # CPU longer
     assert model(cpu_step_s=1e-4, cpu_seq_s=1e-5).step_time(0, 0, 3, 300) == pytest.approx(gpu)  # hidden
+    # --no-async-scheduling: the CPU work (1e-4 + 3 x 1e-5 s) comes before the GPU's, not beside it
+    sync = model(cpu_step_s=1e-4, cpu_seq_s=1e-5, overlap_cpu=False).step_time(0, 0, 3, 300)
+    assert sync == pytest.approx(gpu + 1.3e-4, rel=1e-12)
 
 
 def test_all_reduce_by_tp_against_the_measured_points():

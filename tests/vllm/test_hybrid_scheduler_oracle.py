@@ -86,26 +86,37 @@ def _content_ids(tokens: list[int], block_size: int) -> list[int]:
 
 
 def run_kvsim(case: dict) -> list[dict]:
-    """kvsim's Scheduler and HybridAllocator with vLLM's settings; the driver's records."""
+    """kvsim's Scheduler and HybridAllocator with vLLM's settings (its KV cache group order; async
+    scheduling's one batch in flight where the case asks, `Scheduler.use_async_scheduling`); the driver's
+    records."""
     reqs, mbt, bs, caching = case["requests"], case["max_num_batched_tokens"], case["block_size"], case.get("caching")
     hashes = [_content_ids(p, bs) for p in case["prompts"]] if caching else None
     trace = Trace.from_arrays([0.0] * len(reqs), [p for p, _ in reqs], [o for _, o in reqs], block_hashes=hashes,
                               hash_block_size=bs if caching else None)
     retention = case.get("retention", 0)          # vLLM's default 0 unless the case names one
-    alloc = HybridAllocator(case["num_blocks"], bs, [GroupSpec(**g) for g in case["groups"]], case["max_model_len"],
+    # vLLM's group order (its blocks are taken group by group in it): layers of one spec together, the specs
+    # in the order their first layer comes (e.g. sliding, full, sliding -> sliding, sliding, full)
+    specs = [json.dumps(g, sort_keys=True) for g in case["groups"]]
+    order = sorted(range(len(specs)), key=lambda g: (specs.index(specs[g]), g))
+    alloc = HybridAllocator(case["num_blocks"], bs, [GroupSpec(**case["groups"][g]) for g in order], case["max_model_len"],
                             max_in_flight_tokens=mbt * (2 if case.get("async_scheduling") else 1),
                             prefill_chunk_tokens=mbt, prefix_caching=bool(caching),
                             retention_interval=None if retention == "none" else retention)
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_batched_tokens=mbt,
                                                     chunked_prefill=True), max_seq_len=case["max_model_len"],
                       block_ids=(lambda i: trace.prompt_block_ids(i, bs)) if caching else None)
+    if case.get("async_scheduling"):
+        sched.use_async_scheduling()
     for i in range(len(reqs)):
         sched.add(i, 0.0)
     out, now, hits = [], 0.0, {}
     while (plan := sched.schedule(now)) is not None:
         for seq, cached_tokens in plan.allocated:
             hits.setdefault(seq, cached_tokens)
-        record = {"used": alloc.stats().used_blocks, "groups": [g.unshared_blocks for g in alloc.group_stats()],
+        held = [0] * len(order)
+        for g, part in zip(order, alloc.group_stats()):
+            held[g] = part.unshared_blocks
+        record = {"used": alloc.stats().used_blocks, "groups": held,
                   "preempted": list(plan.preempted), "tokens": plan.prefill_tokens + plan.decode_seqs}
         sched.finish(plan, now + 1.0)
         record["finished"] = list(plan.finished)

@@ -7,9 +7,10 @@ for all groups); lengths in tokens. A token takes one slot in each attention gro
 `capacity_tokens` (blocks x block_size) counts slots, not tokens of context.
 
 Each step, as vLLM's `KVCacheManager.allocate_slots` does for a sequence with `C` tokens computed growing
-by `n`: every group nulls and frees its leading entries no later token reads (`skipped_entries(C)`; freed
-newest first), then takes blocks until its table has `entries_for(C + n)` entries (nulls count). A table
-is append-only; its skipped head holds `NULL_BLOCK` entries (vLLM's null block), no pool block.
+by `n`: every group nulls and frees its leading entries no later token reads (`skipped_entries(C)`, C less
+the tokens in flight under async scheduling: windows.py `_processed`; freed newest first), then takes blocks
+until its table has `entries_for(C + n)` entries (nulls count). A table is append-only; its skipped head
+holds `NULL_BLOCK` entries (vLLM's null block), no pool block.
 
 The free queue is vLLM 0.33's (`BlockPool.free_blocks`: uncached blocks prepended, last in first out;
 cached ones appended): released uncached blocks `_free`, the never used ids `_top`.., then the evictable
@@ -56,6 +57,8 @@ class _Seq:
     due: int = -1             # ticking: the tick of its next event
     key: int = 0              # ticking: its place in the order sequences started ticking
     marks: tuple = ()         # prefix caching: its reachable token boundaries (retention.py)
+    lag_from: int = -1        # async scheduling: its last growth, from lag_from to lag_to tokens (`_processed`)
+    lag_to: int = -1          # (hits count as grown-from: `allocate`)
 
 
 class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows):
@@ -118,20 +121,11 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         free = self.num_blocks - self._top + len(self._free)
         return free if self._cache is None else free + self._cache.num_evictable
 
-    def _need(self, seq: _Seq, num_tokens: int) -> int:
-        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
-        need, new, tables = 0, seq.tokens + num_tokens, seq.tables
-        for g, rules in self._taking:
-            more = rules.entries_for(new) - len(tables[g])
-            if more > 0:
-                need += more
-        return need
-
     def _drop_skipped(self, seq: _Seq) -> None:
         """Null and free the leading entries of `seq`'s tables that no later token reads (vLLM's
         `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
         freed blocks, newest first, go to the front of the free queue."""
-        computed = seq.tokens
+        computed = seq.tokens if not self.async_lag else self._processed(seq)
         for g, rules in self._dropping:
             skip = rules.skipped_entries(computed)
             z = seq.nulls[g]
@@ -182,7 +176,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if need > self.num_free_blocks:
             raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
         final, bs = max(final_tokens, num_tokens), self.block_size
-        seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final)
+        seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final, lag_from=hit, lag_to=hold)
         if hits is not None:
             seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
             self._adopt_hits(seq, hit, hits, num_tokens)
@@ -256,7 +250,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
                 self._held[g] += more
             if more > 0 or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
-        seq.tokens, seq.final = new, final
+        seq.lag_from, seq.lag_to, seq.tokens, seq.final = seq.tokens, new, new, final
         self._sum_tokens += num_tokens
         if self._cache is not None:
             self._register(seq)

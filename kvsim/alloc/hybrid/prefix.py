@@ -156,10 +156,11 @@ class HybridPrefix:
             self._held[g] += len(kept)
             self._nulls[g] += skipped
 
-    def _register(self, seq) -> None:
+    def _register(self, seq, tokens: int | None = None) -> None:
         """Cache `seq`'s full blocks not cached yet in every group (vLLM's `cache_blocks`, called after
-        each allocation with the tokens it covers)."""
-        full = seq.tokens // self.block_size
+        each allocation with the tokens it covers; `tokens`: only those of the first so many, default
+        all: async scheduling caches a decoding sequence's blocks up to its known tokens, one less)."""
+        full = (seq.tokens if tokens is None else tokens) // self.block_size
         first = min(seq.cached)
         if first >= full:
             return

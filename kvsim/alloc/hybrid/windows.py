@@ -17,7 +17,43 @@ from kvsim.alloc.hybrid.groups import NEVER
 
 
 class HybridWindows:
-    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`."""
+    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`, and the async-scheduling lag
+    of its window frees (`async_lag`, `_processed`, `hold_still`)."""
+
+    #: vLLM's async scheduling (kvsim/engine/batching/settle.py sets it): windows free blocks only from
+    #: the tokens whose batch has completed (`_processed`); events stay as without (early: safe)
+    async_lag = False
+
+    def _processed(self, seq) -> int:
+        """Tokens of `seq` whose step has completed: all of them, or under async scheduling
+        (`async_lag`) all but those of the batch still in flight, which vLLM 0.33's `allocate_slots`
+        frees windows from (`total_computed_tokens - request.num_in_flight_tokens`): the tokens before
+        its last growth if that was the previous step (`lag_to`; `hold_still` marks a step without
+        one), else one less (a decode token each step)."""
+        if not self.async_lag:
+            return seq.tokens
+        return seq.lag_from if seq.tokens == seq.lag_to else seq.tokens - 1
+
+    def register_known(self, seq_id: int) -> None:
+        """Async scheduling: `seq_id`'s last step completed (its outputs arrived), so its full blocks
+        are cached (vLLM's `update_from_output` -> `cache_blocks`), e.g. before it is freed finished."""
+        if self._cache is not None:
+            self._register(self._seq(seq_id))
+
+    def hold_still(self, seq_id: int) -> None:
+        """Async scheduling: `seq_id` is running but grows by nothing in this step (a prefill chunk
+        left without token budget), so at the next step none of its tokens is in flight."""
+        seq = self._seq(seq_id)
+        seq.lag_from = seq.lag_to = seq.tokens
+
+    def _need(self, seq, num_tokens: int) -> int:
+        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
+        need, new, tables = 0, seq.tokens + num_tokens, seq.tables
+        for g, rules in self._taking:
+            more = rules.entries_for(new) - len(tables[g])
+            if more > 0:
+                need += more
+        return need
 
     def _give_blocks(self, seq, takers: list[int]) -> None:
         """Append a block from the pool to each of `seq`'s groups `takers` (as many free, checked)."""
@@ -35,7 +71,7 @@ class HybridWindows:
         event = tokens + NEVER
         if self._cache is not None and seq.at < 0:   # its next full block is registered (not ticking:
             # kvsim/alloc/hybrid/ticks.py registers a ticking sequence's blocks at its next event)
-            event = -(-(tokens + 1) // bs) * bs - 1
+            event = -(-(tokens + 1) // bs) * bs - 1 if not self.async_lag else -(-tokens // bs) * bs
         tables, nulls = seq.tables, seq.nulls
         for g in self._take_ids:        # (`next_take` of every taking kind: entries x block_size)
             take = len(tables[g]) * bs
@@ -70,8 +106,8 @@ class HybridWindows:
             self._give_blocks(seq, takers)
         seq.tokens = c + 1
         self._sum_tokens += 1
-        if self._cache is not None:
-            self._register(seq)
+        if self._cache is not None:      # (async: the token sampled last step is not known yet)
+            self._register(seq, c if self.async_lag else None)
         self._set_event(seq)
         return True
 
@@ -96,6 +132,7 @@ class HybridWindows:
             return steps
         rules, state, heap = self.rules, [], []
         ref = self._ref if self._cache is not None else None
+        lag = self.async_lag
         for k, seq in enumerate(seqs):
             state.append(([len(t) for t in seq.tables], list(seq.nulls)))
             if seq.event - seq.tokens < steps:
@@ -109,9 +146,11 @@ class HybridWindows:
                 free, step, takes, drops = free + drops - takes, j, 0, 0
             entries, nulls = state[k]
             computed = seqs[k].tokens + j
+            # (async scheduling: frees counted from the processed tokens, as `_drop_skipped` frees)
+            processed = computed if not lag else self._processed(seqs[k]) if j == 0 else computed - 1
             event = computed + 1 + steps
             for g, r in enumerate(rules):
-                skip = r.skipped_entries(computed)
+                skip = r.skipped_entries(processed)
                 if skip > nulls[g]:
                     if ref is None:
                         drops += skip - nulls[g]

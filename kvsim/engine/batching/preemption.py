@@ -22,7 +22,10 @@ class Preemption:
     def _preempt(self, i: int, plan: StepPlan) -> None:
         """Evict request `i` (all its sequences): swap to CPU if asked, room, and it can come back
         (`_swap_in` restores each sample unshared: all of them at their peak must fit the whole
-        cache), else recompute (which shares the prompt again)."""
+        cache), else recompute (which shares the prompt again). A request settling under async
+        scheduling (kvsim/engine/batching/settle.py) is finished: its blocks go, it is not queued again."""
+        if i in self.settling:
+            return self._preempt_settling(i, plan)
         self._leave(i)
         running = self.running   # (i is always at or behind the request being grown: no slot taken yet)
         if running[-1] == i:

@@ -64,6 +64,7 @@ class RequestState:
 
 class SchedulerBase:
     """Queues and per-request state over one allocator; subclasses decide each step (`schedule`)."""
+    settle_lag, settling = False, {}    # async scheduling (kvsim/engine/batching/settle.py): off
 
     def __init__(self, trace: Trace, allocator: Allocator, config: SchedulerConfig,
                  max_seq_len: int, swap_tokens: int = 0, block_ids=None, seed: int = 0):

@@ -23,12 +23,17 @@ from kvsim.engine.batching.admission import Admission
 from kvsim.engine.batching.lazy_decode import LazyDecodes
 from kvsim.engine.batching.preemption import Preemption
 from kvsim.engine.batching.request_state import SchedulerBase
+from kvsim.engine.batching.settle import AsyncSettle
 from kvsim.engine.step import LIMITS, StepPlan
 
 _KV = LIMITS.index("kv_memory")
 
 
-class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
+def _no_lag(seq_id: int) -> None:
+    """`hold_still` of an allocator whose frees do not depend on the tokens in flight."""
+
+
+class Scheduler(LazyDecodes, Admission, Preemption, AsyncSettle, SchedulerBase):
     """FCFS continuous batching of a trace's requests over one allocator (decode steps of one-sequence
     requests lazily where the allocator can: kvsim/engine/batching/lazy_decode.py)."""
 
@@ -68,6 +73,9 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
         else:
             self._admit(plan, budget, now)
         if not (plan.prefills or plan.decodes or plan.swap_tokens):
+            if self.settling or (self.settle_lag and plan.preempted):
+                plan.batch_requests = len(self.running)
+                return plan          # (async scheduling: vLLM queues the empty batch too; settle.py)
             # (a head deferred by async scheduling waits for the next step, not for room)
             if self.waiting and not (self.running or self.swapped or self.deferred):
                 self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
@@ -86,6 +94,8 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
             decoding = [i for i in running if not prefill_left[i]]
         else:
             decoding = running[:]
+        if self.settling:                            # (async scheduling: their last token is in flight)
+            decoding = self._decoding_now(decoding)
         if self.beams is not None:
             self._beam_step(decoding, plan)
         ids = self._decoding_seq_ids(decoding)
@@ -120,7 +130,7 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
         stepper may then run up to that many steps at once (`advance`). `through_end`: the steps may
         include the one at which the first requests emit their last token (not a sample's: it frees
         the sample mid-request); `window_ends` then retires them."""
-        if self.swapped or not self.running or self.beams_running():
+        if self.swapped or not self.running or self.beams_running() or self.settling:
             return None
         if self.waiting and getattr(self.alloc, "frees_while_decoding", False):
             return None     # a window assumes a refused head stays refused: memory must not grow back
@@ -178,7 +188,11 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
                                             else not any(map(prefill_left.__getitem__, self.running))):
             return budget, False        # (unchunked prefills finish in the step that admits them)
         for i in list(self.running):
-            if not self.prefill_left[i] or budget <= 0 or i not in self.running:
+            if not self.prefill_left[i] or i not in self.running:
+                continue
+            if budget <= 0:
+                if self.settle_lag and self.n[i] == 1:    # (async: none of its tokens in flight next step)
+                    getattr(self.alloc, "hold_still", _no_lag)(self.seq_ids(i)[0])
                 continue
             chunk = min(self.prefill_left[i], budget)
             if self.n[i] == 1:

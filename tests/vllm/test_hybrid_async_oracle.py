@@ -1,0 +1,103 @@
+"""vLLM 0.33's async scheduling (`--async-scheduling`, its default) against kvsim's scheduler with
+`use_async_scheduling()` (kvsim/engine/batching/settle.py) over the hybrid allocator, step by step: used blocks
+after each step's scheduling, blocks per group, preemptions, finishes, tokens scheduled (empty steps
+included: vLLM queues an empty batch while the requests that finished are still in flight) and, with
+prefix caching, each request's hit tokens. vLLM's side: `AsyncScheduler` driven as
+`EngineCore.step_with_batch_queue` drives it, two batches in flight
+(tests/vllm/hybrid_scheduler_oracle_driver.py, engine configured by vLLM's start-up functions).
+
+The cases are those of the synchronous checks (tests/vllm/test_hybrid_scheduler_oracle.py: full + sliding,
+full + chunked, full + Mamba, sliding + full + Mamba, prefix caching on several layouts, the realistic
+gpt-oss-, Gemma-3- and Llama-4-like mixes; tests/vllm/test_hybrid_retention_oracle.py: retention 0, an
+interval and none) with async scheduling on. Async doubles the sliding and chunked groups' admission cap
+(two batches in flight), so vLLM's start-up refuses a few of those pools for their max_model_len: each gets
+the fewest extra blocks vLLM's start-up accepts (`EXTRA`, found by trying vLLM's `startup`).
+
+Golden: tests/data/hybrid_oracle/async_vllm_0.33.json.gz (`python tests/vllm/test_hybrid_async_oracle.py`
+regenerates it with the oracle venv); live: `--long` reruns vLLM and must reproduce it.
+"""
+
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.vllm.test_hybrid_oracle import _oracle_python, load_golden
+from tests.vllm import test_hybrid_retention_oracle as retention
+from tests.vllm import test_hybrid_scheduler_oracle as scheduler
+
+DATA = Path(__file__).parents[1] / "data" / "hybrid_oracle" / "async_vllm_0.33.json.gz"
+# extra blocks per case so vLLM's start-up accepts the pool with two batches in flight (small, realistic,
+# retention cases in order)
+EXTRA = ([0, 0, 0, 2, 0, 0, 8, 3, 0, 2, 10, 0], [93, 0, 0, 13], [3, 3, 3, 6, 6, 6, 2, 2, 13, 13, 13, 0, 0, 0, 0, 0, 0])
+_SMALL, _REALISTIC = len(EXTRA[0]), len(EXTRA[1])
+
+
+def cases() -> list[dict]:
+    out = []
+    for make, extra in zip((scheduler.cases, scheduler.realistic_cases, retention.cases), EXTRA):
+        made = make()
+        assert len(made) == len(extra)
+        out += [dict(c, async_scheduling=True, num_blocks=c["num_blocks"] + x) for c, x in zip(made, extra)]
+    return out
+
+
+def _check(which: slice) -> None:
+    golden, all_cases = load_golden(DATA), cases()
+    assert len(golden) == len(all_cases)
+    for case, want in list(zip(all_cases, golden))[which]:
+        got = scheduler.run_kvsim(case)
+        first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        assert first is None, (f"groups {case['groups']} caching {case.get('caching')} retention "
+                               f"{case.get('retention')}: step {first}: kvsim {got[first]}, vLLM {want[first]}")
+        assert len(got) == len(want)
+
+
+def test_kvsim_async_equals_vllm_step_by_step_small():
+    """Block 4: every layout kind, prefix caching off and on, retention 0 / 16 / none."""
+    _check(slice(0, _SMALL))
+    _check(slice(_SMALL + _REALISTIC, _SMALL + _REALISTIC + 11))
+
+
+@pytest.mark.long
+def test_kvsim_async_equals_vllm_step_by_step_realistic():
+    _check(slice(_SMALL, _SMALL + _REALISTIC))
+    _check(slice(_SMALL + _REALISTIC + 11, None))
+
+
+def test_async_differs_from_sync_in_vllm():
+    """The check can fail: vLLM's async records differ from its synchronous ones for the same workload
+    (the same pool where no extra blocks were needed): finished requests hold their blocks a step longer,
+    so the async run has empty steps and more blocks used at some step."""
+    golden, sync = load_golden(DATA), load_golden(scheduler.DATA)
+    small = scheduler.cases()
+    differ = 0
+    for k in range(_SMALL):
+        if EXTRA[0][k]:
+            continue
+        a, s = golden[k], sync[k]
+        assert any(r.get("tokens") == 0 for r in a) and not any(r.get("tokens") == 0 for r in s)
+        differ += a != s
+        assert sum(len(r.get("finished", ())) for r in a) == len(small[k]["requests"])
+    assert differ >= 6
+
+
+@pytest.mark.long
+@pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
+def test_vllm_live_reproduces_the_golden(tmp_path):
+    path, out = tmp_path / "cases.json", tmp_path / "out.json"
+    path.write_text(json.dumps(cases()))
+    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
+                    str(path), str(out)], check=True, capture_output=True, timeout=900)
+    assert json.loads(out.read_text()) == load_golden(DATA)
+
+
+if __name__ == "__main__":      # regenerate the golden file with vLLM (the oracle venv must exist)
+    path, raw = Path("/tmp") / "hybrid_async_cases.json", Path("/tmp") / "hybrid_async_out.json"
+    path.write_text(json.dumps(cases()))
+    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
+                    str(path), str(raw)], check=True)
+    with gzip.open(DATA, "wt") as f:
+        f.write(raw.read_text())
