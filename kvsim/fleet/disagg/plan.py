@@ -158,8 +158,9 @@ def _judged(run, tr: Trace, steady, longer, ttft_slo: float, tpot_slo: float, ta
 
     v = steady(run_at, lambda cols: met_slos(cols, ttft_slo, tpot_slo), target)
     s = v.summary
-    if v.note:
-        say(v.note)
+    low = "" if s["attainment_low"] is None else f", at least {s['attainment_low']:.1%} at steady state"
+    say(f"attainment {s['attainment']:.1%} over {v.span_s:.0f} s{low}: {'meets' if v.ok else 'misses'} "
+        f"{target:.0%}" + (f" ({v.note})" if v.note and (v.ok or v.note.startswith("still")) else ""))
     return {"attainment": s["attainment"], "meets": v.ok, "span_s": v.span_s, "note": v.note, "runs": v.runs,
             "steady_verdict": s["steady_verdict"], "attainment_low": s["attainment_low"],
             "window_requests": s["window_requests"], "window_requests_needed": s["window_requests_needed"],
