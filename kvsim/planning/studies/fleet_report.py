@@ -102,6 +102,7 @@ def fleet_section(report: Report, trace: Trace, flags: dict, replicas: Sequence[
         "hit tokens over admitted prompt tokens, all replicas together; max/mean: the busiest replica "
         "against the mean, in requests served and in time-averaged KV in use (1.0 is even).")
     report.table("fleet_routers", df, show=ROUTER_SHOW, percent=["prefix_cache_hit_rate", "slo_attainment"])
+    report.paragraph(router_verdict(df))
     d = df.assign(fleet=[f"{n} replicas" for n in df.replicas])
     hits = metric("prefix_cache_hit_rate")
     report.figure("fleet_prefix_hits", figures.grouped_bars(
@@ -181,3 +182,22 @@ def slo_fit_note(table: pd.DataFrame, ttft_slo: float, tpot_slo: float) -> str:
     return text + (f" It does not fit this workload: the best layout ({best.layout}) serves "
                    f"{100 * best.slo_attainment:.0f}% of requests within it, with TTFT p50 {best.ttft_s_p50:.3g} s "
                    f"and TPOT p50 {best.tpot_s_p50:.3g} s; an SLO near those would compare the layouts.")
+
+
+def router_verdict(df: pd.DataFrame, close: float = 0.05) -> str:
+    """Which router to pick at each fleet size of `fleet_rows`' table, in words: the lowest TTFT p99, the
+    routers within `close` of it (no difference worth a choice on this trace), and the most prefix hits."""
+    parts = []
+    for n, g in df.groupby("replicas", sort=True):
+        g = g.dropna(subset=["ttft_s_p99"])
+        if g.empty:
+            continue
+        best = g.loc[g.ttft_s_p99.idxmin()]
+        near = [r for r, t in zip(g.router, g.ttft_s_p99) if r != best.router and t <= best.ttft_s_p99 * (1 + close)]
+        hits = g.loc[g.prefix_cache_hit_rate.idxmax()]
+        text = f"At {n} replicas the lowest TTFT p99 is {best.router}'s ({best.ttft_s_p99:.3g} s)"
+        text += (f"; {', '.join(near)} within {close:.0%} of it (no difference worth a choice on this trace)"
+                 if near else f", more than {close:.0%} below every other router")
+        text += f"; the most prefix-cache hits, {hits.prefix_cache_hit_rate:.1%}, are {hits.router}'s."
+        parts.append(text)
+    return " ".join(parts)
