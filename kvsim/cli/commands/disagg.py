@@ -125,7 +125,12 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         def longer(span_s: float):                   # a layout not decided yet: the workload over span_s s
             return generate(preset or "sharegpt", rate_rps=rate, duration_s=span_s, seed=seed)
     options = [int(x) for x in tp_options.split(",") if x.strip()]
-    dropped: list[str] = []
+    long = _too_long(tr, make_config(**flags), target)
+    if long.endswith("target"):
+        raise ValueError(f"{long}: lower --slo-attainment, or raise --max-model-len where the model allows")
+    dropped: list[str] = [long] if long else []
+    for line in dropped:
+        print(f"note: {line}", file=sys.stderr, flush=True)
 
     def say(message: str) -> None:                   # progress on stderr; what was dropped, kept
         print(message, file=sys.stderr, flush=True)
@@ -141,6 +146,19 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         typer.echo(f"  {line}")
     if json_out is not None:
         write_json_atomic(json_out, {"gpus_disagg": rows, "dropped": dropped})
+
+
+def _too_long(tr, cfg, target: float) -> str:
+    """'' or the requests of `tr` longer than the model's maximum (every layout rejects them, and the
+    attainment counts them as misses): how many, and the highest attainment any layout can reach."""
+    max_len = cfg.deployment.model.max_seq_len
+    long = int((tr.prompt_tokens + tr.output_tokens > max_len).sum())
+    if not long:
+        return ""
+    ceiling = 1 - long / len(tr)
+    return (f"{long:,} of {len(tr):,} requests are longer than {cfg.deployment.model.name}'s maximum ({max_len:,} "
+            f"tokens, prompt + output): every layout rejects them, so no layout attains more than {ceiling:.1%}"
+            + (f", below the {target:.0%} target" if ceiling < target else f" (the target is {target:.0%})"))
 
 
 def _table(rows: list[dict], rate: float, target: float, ttft_slo: float, tpot_slo: float, kv_link: str) -> str:

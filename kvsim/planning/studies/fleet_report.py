@@ -139,7 +139,13 @@ def _split_part(report: Report, trace: Trace, flags: dict, fleets: pd.DataFrame,
         "(`--ttft-slo`, `--tpot-slo`), rejected and unfinished ones counted as misses (DistServe's "
         "definitions).")
     report.table("fleet_vs_disagg", table, show=SPLIT_SHOW, percent=["slo_attainment"])
-    report.paragraph(slo_fit_note(table, ttft_slo, tpot_slo))
+    best = table.loc[table.slo_attainment.idxmax()]
+    report.paragraph(f"Highest SLO attainment on {best.gpus:g} GPUs: {best.layout}, {best.slo_attainment:.1%}"
+                     + "".join(f"; best on {g:g} GPUs: {t.layout}, {t.slo_attainment:.1%}" for g, t in
+                               ((g, t.loc[t.slo_attainment.idxmax()]) for g, t in table.groupby("gpus"))
+                               if g != best.gpus) + " (one trace as given, not a steady-state verdict: "
+                     "`kvsim capacity --gpus-for RATE --disagg` judges layouts at steady state). "
+                     + slo_fit_note(table, ttft_slo, tpot_slo))
     report.figure("fleet_vs_disagg", figures.bars(dict(zip(table.layout, 100 * table.slo_attainment)),
                                                   metric("slo_attainment").axis(), "SLO attainment by layout"))
 
@@ -198,6 +204,7 @@ def router_verdict(df: pd.DataFrame, close: float = 0.05) -> str:
         text = f"At {n} replicas the lowest TTFT p99 is {best.router}'s ({best.ttft_s_p99:.3g} s)"
         text += (f"; {', '.join(near)} within {close:.0%} of it (no difference worth a choice on this trace)"
                  if near else f", more than {close:.0%} below every other router")
-        text += f"; the most prefix-cache hits, {hits.prefix_cache_hit_rate:.1%}, are {hits.router}'s."
+        text += (f"; the most prefix-cache hits, {hits.prefix_cache_hit_rate:.1%}, are {hits.router}'s."
+                 if hits.prefix_cache_hit_rate > 0 else "; no router finds a prefix-cache hit on this trace.")
         parts.append(text)
     return " ".join(parts)

@@ -291,3 +291,20 @@ def test_capacity_disagg_states_the_span_and_uncertainty_of_its_answer(tmp_path)
     assert ("answer: TP 1, 2 GPUs, colocated: attainment 100.0% over 2 s of arrivals; uncertain: on 2 s of "
             "arrivals (the trace as given, not extended)") in out
     assert "the fewest requests in a window of its second half: 0, where batch means need 1,000" in out
+
+
+def test_capacity_disagg_says_how_many_requests_no_layout_can_serve(tmp_path):
+    """OPT-13B's maximum is 2,048 tokens: of 2 requests, one of 3,000 tokens is rejected by every layout,
+    so no layout attains more than 50.0%: a 90 % target is refused before any run, a 50 % one noted."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0.0, "prompt_tokens": 40, "output_tokens": 5}\n'
+                    '{"arrival_s": 0.1, "prompt_tokens": 2990, "output_tokens": 10}\n')
+    args = ["capacity", str(path), "--gpu", "a100-80gb", "--gpus-for", "1", "--disagg", "--tp-options", "1",
+            "--max-gpus", "2", "--ttft-slo", "10", "--tpot-slo", "10"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "1 of 2 requests are longer than opt-13b's maximum (2,048 tokens" in \
+        " ".join(res.output.split()) and "no layout attains more than 50.0%, below the 90% target" in \
+        " ".join(res.output.split()), res.output
+    res = runner.invoke(app, args + ["--slo-attainment", "0.5"])
+    assert res.exit_code == 0, res.output
+    assert "no layout attains more than 50.0% (the target is 50%)" in " ".join(res.stdout.split())
