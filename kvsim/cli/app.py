@@ -258,6 +258,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
     from kvsim.planning.reports.ledger import json_summary
+    from kvsim.planning.studies.hybrid import max_len_tokens
 
     summaries, written, cfgs = {}, {}, {}
     try:
@@ -292,7 +293,7 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
         write_json_atomic(json_out, written, "--json")   # whole, at the end
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
-                         f"{base.deployment.tp} x {base.deployment.gpu.name}", cfgs)
+                         f"{base.deployment.tp} x {base.deployment.gpu.name}", max_len_tokens(cfgs))
 
 
 if __name__ == "__main__":  # pragma: no cover
