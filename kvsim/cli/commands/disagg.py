@@ -90,8 +90,10 @@ def _text(s: dict, trace: str, model: str, gpu: str) -> str:
 
 
 DisaggSearchOpt = typer.Option(False, "--disagg", help="With --gpus-for: search prefill/decode splits "
-                               "(P + D instances per TP degree, fewest GPUs first) beside colocated replicas, "
-                               "against --ttft-slo/--tpot-slo at --slo-attainment.")
+                               "(P + D instances per TP degree, fewest GPUs first, up to --max-gpus) beside "
+                               "colocated replicas, against --ttft-slo/--tpot-slo at --slo-attainment; each "
+                               "layout judged at steady state (queue trend, batch means of the attainment; a "
+                               "--preset trace doubled up to --max-span while undecided).")
 AttainmentOpt = typer.Option(0.9, "--slo-attainment", help="--disagg: fraction of requests that must meet "
                              "both SLOs (DistServe: 0.9).")
 MaxGpusOpt = typer.Option(16, "--max-gpus", min=2, help="--disagg: most GPUs tried per TP degree.")

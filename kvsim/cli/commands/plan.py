@@ -83,7 +83,8 @@ def capacity(
                                   "_p50|p90|p99|mean in s, or normalized_latency in s/token; repeatable. "
                                   "Adds the highest request rate that meets all of them."),
     gpus_for: Optional[float] = typer.Option(None, "--gpus-for", metavar="RATE", help="Requests per second "
-                                             "to serve: adds the smallest TP degree and replicas (needs --slo)."),
+                                             "to serve: adds the smallest TP degree and replicas (needs --slo; --disagg sizes P:D "
+                                             "splits against --ttft-slo/--tpot-slo instead)."),
     tp_options: str = typer.Option("1,2,4,8", "--tp-options", help="TP degrees tried by --gpus-for."),
     router: Optional[str] = typer.Option(None, "--router", help="With --gpus-for: search replicas x TP by "
                                          "simulating the whole fleet behind this router (round-robin, "
