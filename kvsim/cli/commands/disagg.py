@@ -181,8 +181,10 @@ def _table(rows: list[dict], rate: float, target: float, ttft_slo: float, tpot_s
     if best.get("attainment_low") is not None:
         how = f"at steady state at least {best['attainment_low']:.1%} (95 % one-sided)"
     elif "window_requests" in best:
+        need = best["window_requests_needed"]
         how = (f"{best['note'] or 'not judged at steady state'}; the fewest requests in a window of its second "
-               f"half: {best['window_requests']:,}, where batch means need {best['window_requests_needed']:,.0f}")
+               f"half: {best['window_requests']:,}, where batch means need "
+               + (f"{need:,.0f}" if need < float("inf") else "an unbounded number (a 100% target)"))
     else:
         how = "on the trace as given"
     lines.append(f"answer: TP {best['tp']}, {best['gpus']} GPUs, {split}: attainment {best['attainment']:.1%} "
