@@ -234,6 +234,7 @@ def steady(duration_s=None, max_span_s=3600.0):
     return partial(judge_attainment, duration_s=duration_s, rate_rps=0.5, max_excess=0.025, max_span_s=max_span_s)
 
 
+@pytest.mark.long        # 3.7 s: 16,400 requests through two layouts (the judge alone: test_fleet_steady, fast)
 def test_split_search_judges_each_layout_by_the_batch_means_of_its_attainment():
     """The hand case above on 16,400 requests 2 s apart: every request meets both SLOs (1.5 s), so each
     window of the second half (16,400 s of arrivals cut into 8 windows of 2,050 s: 1,024 or 1,025 requests,
