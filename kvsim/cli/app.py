@@ -258,8 +258,9 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
     from kvsim.cli.vllm_args import note_ignored, vllm_extras
     from kvsim.engine.sim import simulate
     from kvsim.planning.reports.ledger import json_summary
+    from kvsim.planning.studies.hybrid import max_len_tokens
 
-    summaries, written = {}, {}
+    summaries, written, cfgs = {}, {}, {}
     try:
         if json_out is not None:
             check_output_file(json_out, "--json")
@@ -285,14 +286,14 @@ def compare(trace: Path = TraceArg, model: str = ModelOpt, model_config: Optiona
             with Progress(float(tr.arrival_s[-1]) if len(tr) else 0.0, enabled=not quiet,
                           label=name) as progress:
                 summaries[name] = simulate(tr, cfg, progress, keep_steps=False).summary
-            written[name] = json_summary(summaries[name], cfg, vllm_extras()[1])
+            written[name], cfgs[name] = json_summary(summaries[name], cfg, vllm_extras()[1]), cfg
     except ValueError as exc:
         error(str(exc))
     if json_out is not None:
         write_json_atomic(json_out, written, "--json")   # whole, at the end
     if not quiet:
         print_comparison(summaries, f"{trace.name}: {base.deployment.model.name} on "
-                         f"{base.deployment.tp} x {base.deployment.gpu.name}")
+                         f"{base.deployment.tp} x {base.deployment.gpu.name}", max_len_tokens(cfgs))
 
 
 if __name__ == "__main__":  # pragma: no cover

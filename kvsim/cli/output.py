@@ -169,13 +169,22 @@ def print_summary(summary: dict, title: str, requests=None) -> None:
         console.print(f"note: {rejection_note(requests)}", highlight=False, soft_wrap=True)
 
 
-def print_comparison(summaries: dict[str, dict], title: str) -> None:
-    """Several runs' summaries side by side, one column each."""
+def print_comparison(summaries: dict[str, dict], title: str,
+                     kv_tokens: dict[str, tuple[int, int]] | None = None) -> None:
+    """Several runs' summaries side by side, one column each. `kv_tokens` (a model whose layers are not
+    all full attention: its allocators' own slots differ in unit, a token of one KV cache group, of every
+    layer, or of gcd bytes): each column's (KV tokens at the maximum length, that length), vLLM's figure
+    computed alike for every column (`kvsim.planning.studies.hybrid.max_len_tokens`), shown in the
+    capacity row with the column's own slots beside it."""
     from rich.table import Table
     console = _console("console")
     table = Table(title=title)
     table.add_column("metric", style="bold", no_wrap=True)
     rows = {name: _rows(s) for name, s in summaries.items()}
+    for name, (tokens, max_len) in (kv_tokens or {}).items():
+        rows[name] = [(f"KV tokens at {max_len:,} (own slots)", f"{tokens:,} "
+                       f"({summaries[name]['kv']['capacity_tokens']:,})") if m == "KV capacity (tokens)" else (m, v)
+                      for m, v in rows[name]]
     for name in summaries:
         table.add_column(name.replace("-", "\n", 1), justify="right", no_wrap=True)
     for k, (metric, _) in enumerate(next(iter(rows.values()), [])):

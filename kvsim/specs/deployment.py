@@ -154,10 +154,14 @@ class Deployment:
     def kv_memory_per_gpu(self, gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192) -> float:
         """Bytes each GPU leaves for the KV cache: its memory x `gpu_mem_util` minus its share of the
         weights and `activation_reserve_bytes(model, max_batched_tokens)` (vLLM's available KV memory)."""
-        per_gpu = self.memory_ledger(gpu_mem_util, max_batched_tokens).kv
+        ledger = self.memory_ledger(gpu_mem_util, max_batched_tokens)
+        per_gpu = ledger.kv
         if per_gpu <= 0:
             raise ValueError(f"{self.model.name} on {self.tp} x {self.gpu.name} at gpu-mem-util "
-                             f"{gpu_mem_util}: weights leave no memory for the KV cache")
+                             f"{gpu_mem_util}: weights leave no memory for the KV cache (per GPU: {ledger.weights / GIB:.2f} "
+                             f"GiB of weights + {(ledger.activation_peak + ledger.non_torch) / GIB:.2f} GiB of "
+                             f"activations and runtime of {ledger.budget / GIB:.2f} GiB; a larger --tp splits the "
+                             "weights)")
         return per_gpu
 
 

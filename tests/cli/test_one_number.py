@@ -116,6 +116,12 @@ def test_block_sizes_within_the_tolerance_say_keep_the_default():
     assert within_note(curve, 64, (16, 64), 0.005).startswith("Block sizes 16 to 64") is True
     assert "keep the default" not in within_note(curve, 64, (16, 64), 0.005)   # 1 % > 0.5 %
     assert within_note(curve, 64, (64, 64), 0.02) == "No other block size comes within 2% of it."
+    # the headline says the same, not "recommended: 64" above a reason that says keep 16
+    from kvsim.planning.tune_notes import headline
+    assert headline(curve, 64, (16, 64), 0.02) == ("keep the default block size, 16 tokens: the best, 64, is only "
+                                                   "1.0% ahead (within 2%, less than this model can tell apart)")
+    assert headline(curve.rename_axis("block_size").reset_index(), 64, (16, 64), 0.005) == (
+        "recommended block size: 64 tokens (within 0.5%: 16-64)")
 
 
 def test_the_fleet_report_counts_the_requests_too_long_for_the_model():

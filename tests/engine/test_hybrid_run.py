@@ -155,3 +155,24 @@ def test_run_prints_a_row_per_kv_cache_group(tmp_path):
                                    "--num-blocks", "1000", "--max-model-len", "4096"])
     assert res.exit_code == 0, res.output
     assert "KV group sliding W128" in res.output and "KV group full" in res.output
+
+
+def test_compare_gives_one_comparable_kv_figure_for_hybrid_models(tmp_path):
+    """The allocators' own slots differ in unit for a hybrid model; the capacity row gives vLLM's KV
+    tokens at the maximum length for every column. Uniform pages, by hand: gpt-oss-20b holds 24 layers x
+    8 KV heads x 64 x 2 (K, V) x 2 bytes = 49,152 B per token: 1 GiB holds 21,845 tokens, 1,365 blocks of
+    16 (21,840 slots), and 1,365 / (4,096 / 16) x 4,096 = 21,840 tokens at 4,096. The hybrid manager's
+    figure is `kv_cache_plan`'s (checked against vLLM's own functions in tests/vllm/test_kv_plan.py)."""
+    from kvsim.engine.config import kv_cache_plan
+    from kvsim.planning.runs import make_config
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0.0, "prompt_tokens": 200, "output_tokens": 20}\n')
+    res = CliRunner().invoke(app, ["compare", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100-80gb",
+                                   "--max-model-len", "4096", "--kv-gib", "1"])
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.stdout.splitlines() if "KV tokens at 4,096 (own slots)" in line)
+    cells = [c.strip() for c in row.split("│")[2:-1]]
+    hybrid = kv_cache_plan(make_config(model="gpt-oss-20b", gpu="h100-80gb", max_model_len=4096, kv_gib=1))
+    assert cells[0].startswith(f"{hybrid.capacity_tokens:,} (") and cells[5] == "21,840 (21,840)"
+    assert "KV capacity (tokens)" not in res.stdout

@@ -102,7 +102,8 @@ def test_gpu_memory_utilisation_edges():
             dep.kv_capacity_tokens(gpu_mem_util=util)
     # memory that is exactly weights + reserve leaves nothing for the KV cache
     bare = Deployment(TOY, GpuSpec("bare", 2_000_000 + GIB // 2, 1e12, 1e14, 1e10))
-    with refused("toy on 1 x bare at gpu-mem-util 1.0: weights leave no memory for the KV cache"):
+    with refused("toy on 1 x bare at gpu-mem-util 1.0: weights leave no memory for the KV cache (per GPU: 0.00 "
+                 "GiB of weights + 0.50 GiB of activations and runtime of 0.50 GiB; a larger --tp splits the weights)"):
         bare.kv_capacity_tokens(gpu_mem_util=1.0, max_batched_tokens=0)
 
 

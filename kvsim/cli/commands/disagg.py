@@ -90,8 +90,10 @@ def _text(s: dict, trace: str, model: str, gpu: str) -> str:
 
 
 DisaggSearchOpt = typer.Option(False, "--disagg", help="With --gpus-for: search prefill/decode splits "
-                               "(P + D instances per TP degree, fewest GPUs first) beside colocated replicas, "
-                               "against --ttft-slo/--tpot-slo at --slo-attainment.")
+                               "(P + D instances per TP degree, fewest GPUs first, up to --max-gpus) beside "
+                               "colocated replicas, against --ttft-slo/--tpot-slo at --slo-attainment; each "
+                               "layout judged at steady state (queue trend, batch means of the attainment; a "
+                               "--preset trace doubled up to --max-span while undecided).")
 AttainmentOpt = typer.Option(0.9, "--slo-attainment", help="--disagg: fraction of requests that must meet "
                              "both SLOs (DistServe: 0.9).")
 MaxGpusOpt = typer.Option(16, "--max-gpus", min=2, help="--disagg: most GPUs tried per TP degree.")
@@ -99,17 +101,22 @@ MaxGpusOpt = typer.Option(16, "--max-gpus", min=2, help="--disagg: most GPUs tri
 
 def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional[float], tp_options: str,
                     duration: float, seed: int, flags: dict, kv_link: str, ttft_slo: float, tpot_slo: float,
-                    target: float, max_gpus: int, json_out: Optional[Path]) -> None:
-    """`kvsim capacity --gpus-for R --disagg`: the P:D split search (`kvsim.fleet.disagg.plan`), printed
+                    target: float, max_gpus: int, json_out: Optional[Path], max_span: float = 3600.0,
+                    rel_tol: float = 0.05) -> None:
+    """`kvsim capacity --gpus-for R --disagg`: the P:D split search (`kvsim.fleet.disagg.plan`), each
+    layout judged at steady state (a --preset trace doubled up to --max-span while undecided), printed
     as a table and written with --json. Raises ValueError on bad input (the caller exits 2)."""
+    from functools import partial
+
     from kvsim.fleet.disagg.plan import split_search
-    from kvsim.planning.rate.fleet_steady import unsteady_note
+    from kvsim.planning.rate.fleet_steady import judge_attainment
     from kvsim.planning.runs import make_config
 
     if rate is None:
         raise ValueError("--disagg needs --gpus-for RATE")
     if json_out is not None:
         check_output_file(json_out, "--json")
+    longer = None
     if trace is not None:
         from kvsim.trace.formats import load_trace
         tr = load_trace(trace)
@@ -117,29 +124,69 @@ def capacity_disagg(trace: Optional[Path], preset: Optional[str], rate: Optional
         from kvsim.trace.synthetic import generate
         tr = generate(preset or "sharegpt", rate_rps=rate, duration_s=duration, seed=seed)
 
-        def longer(k: int):                          # a layout still growing: 2**k times as long, to the cap
-            from kvsim.planning.rate.steady import span_cap_s
-            cap = span_cap_s(duration, rate)
-            return None if duration * 2 ** (k - 1) >= cap else generate(
-                preset or "sharegpt", rate_rps=rate, duration_s=min(duration * 2 ** k, cap), seed=seed)
+        def longer(span_s: float):                   # a layout not decided yet: the workload over span_s s
+            return generate(preset or "sharegpt", rate_rps=rate, duration_s=span_s, seed=seed)
     options = [int(x) for x in tp_options.split(",") if x.strip()]
-    dropped: list[str] = []
+    long = _too_long(tr, make_config(**flags), target)
+    if long.endswith("target"):
+        raise ValueError(f"{long}: lower --slo-attainment, or raise --max-model-len where the model allows")
+    dropped: list[str] = [long] if long else []
+    for line in dropped:
+        print(f"note: {line}", file=sys.stderr, flush=True)
 
     def say(message: str) -> None:                   # progress on stderr; what was dropped, kept
         print(message, file=sys.stderr, flush=True)
         if " dropped" in message:
             dropped.append(message.removeprefix("disagg: "))
+    steady = partial(judge_attainment, duration_s=None if trace is not None else duration, rate_rps=rate,
+                     max_excess=rel_tol / 2, max_span_s=max_span)
     rows = split_search(tr, make_config(**flags), rate, tp_options=options, max_gpus=max_gpus,
                         kv_link=kv_link, ttft_slo=ttft_slo, tpot_slo=tpot_slo, target=target, progress=say,
-                        steady=unsteady_note, longer=None if trace is not None else longer)
-    typer.echo(f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
-               f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}):")
-    typer.echo(f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11} {'judged on s':>12}")
-    for r in rows:
-        split = "colocated" if r["prefill"] == 0 else f"{r['prefill']}P:{r['decode']}D"
-        typer.echo(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%} {r['span_s']:>12.0f}"
-                   f"{'  <- best' if r['best'] else ''}")
+                        steady=steady, longer=longer)
+    typer.echo(_table(rows, rate, target, ttft_slo, tpot_slo, kv_link))
     for line in dropped:
         typer.echo(f"  {line}")
     if json_out is not None:
         write_json_atomic(json_out, {"gpus_disagg": rows, "dropped": dropped})
+
+
+def _too_long(tr, cfg, target: float) -> str:
+    """'' or the requests of `tr` longer than the model's maximum (every layout rejects them, and the
+    attainment counts them as misses): how many, and the highest attainment any layout can reach."""
+    max_len = cfg.deployment.model.max_seq_len
+    long = int((tr.prompt_tokens + tr.output_tokens > max_len).sum())
+    if not long:
+        return ""
+    ceiling = 1 - long / len(tr)
+    return (f"{long:,} of {len(tr):,} requests are longer than {cfg.deployment.model.name}'s maximum ({max_len:,} "
+            f"tokens, prompt + output): every layout rejects them, so no layout attains more than {ceiling:.1%}"
+            + (f", below the {target:.0%} target" if ceiling < target else f" (the target is {target:.0%})"))
+
+
+def _table(rows: list[dict], rate: float, target: float, ttft_slo: float, tpot_slo: float, kv_link: str) -> str:
+    """The split search's rows: attainment over the whole trace, its steady-state lower bound (95 %,
+    one-sided, over the second half; '-' when a window held too few requests to judge), the span
+    judged on, the verdict; then the answer in a sentence with its uncertainty."""
+    lines = [f"GPUs for {rate} req/s with {target:.0%} of requests within TTFT {ttft_slo * 1e3:.0f} ms and "
+             f"TPOT {tpot_slo * 1e3:.0f} ms (KV over {kv_link}), each layout judged at steady state:",
+             f"{'tp':>3} {'gpus':>5} {'split':>12} {'attainment':>11} {'95% low':>8} {'judged on s':>12}  verdict"]
+    for r in rows:
+        split = "colocated" if r["prefill"] == 0 else f"{r['prefill']}P:{r['decode']}D"
+        low = "-" if r.get("attainment_low") is None else f"{r['attainment_low']:.1%}"
+        verdict = ("meets" if r["meets"] else "misses") + (f" ({r['note'].split(':')[0]})" if r["note"] else "")
+        lines.append(f"{r['tp']:>3} {r['gpus']:>5} {split:>12} {r['attainment']:>10.1%} {low:>8} "
+                     f"{r['span_s']:>12.0f}  {verdict}{'  <- best' if r['best'] else ''}")
+    best = next(r for r in rows if r["best"])
+    split = "colocated" if best["prefill"] == 0 else f"{best['prefill']}P:{best['decode']}D"
+    if best.get("attainment_low") is not None:
+        how = f"at steady state at least {best['attainment_low']:.1%} (95 % one-sided)"
+    elif "window_requests" in best:
+        need = best["window_requests_needed"]
+        how = (f"{best['note'] or 'not judged at steady state'}; the fewest requests in a window of its second "
+               f"half: {best['window_requests']:,}, where batch means need "
+               + (f"{need:,.0f}" if need < float("inf") else "an unbounded number (a 100% target)"))
+    else:
+        how = "on the trace as given"
+    lines.append(f"answer: TP {best['tp']}, {best['gpus']} GPUs, {split}: attainment {best['attainment']:.1%} "
+                 f"over {best['span_s']:.0f} s of arrivals; {how}")
+    return "\n".join(lines)

@@ -83,7 +83,8 @@ def capacity(
                                   "_p50|p90|p99|mean in s, or normalized_latency in s/token; repeatable. "
                                   "Adds the highest request rate that meets all of them."),
     gpus_for: Optional[float] = typer.Option(None, "--gpus-for", metavar="RATE", help="Requests per second "
-                                             "to serve: adds the smallest TP degree and replicas (needs --slo)."),
+                                             "to serve: adds the smallest TP degree and replicas (needs --slo; --disagg sizes P:D "
+                                             "splits against --ttft-slo/--tpot-slo instead)."),
     tp_options: str = typer.Option("1,2,4,8", "--tp-options", help="TP degrees tried by --gpus-for."),
     router: Optional[str] = typer.Option(None, "--router", help="With --gpus-for: search replicas x TP by "
                                          "simulating the whole fleet behind this router (round-robin, "
@@ -91,7 +92,7 @@ def capacity(
     duration: float = typer.Option(600.0, "--duration", help="Seconds of Poisson arrivals per rate tried "
                                    "(--preset); a run that cannot tell its steady-state verdict yet runs again "
                                    "on twice as many, up to --max-span."),
-    max_span: float = typer.Option(3600.0, "--max-span", help="Longest Poisson trace (s) a rate is run on "
+    max_span: float = typer.Option(3600.0, "--max-span", help="Longest Poisson trace (s) a rate (or a fleet, or a P:D layout) is run on "
                                    "while its queue still grows or its SLO batch means cannot decide."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the synthetic traces."),
     rel_tol: float = typer.Option(0.05, "--rel-tol", help="Stop when the rate bracket is this narrow "
@@ -141,7 +142,7 @@ def capacity(
         note_ignored(ignored)
         if disagg:                                          # kvsim.cli.commands.disagg
             return capacity_disagg(trace, preset, gpus_for, tp_options, duration, seed, flags, kv_link,
-                                   ttft_slo, tpot_slo, slo_attainment, max_gpus, json_out)
+                                   ttft_slo, tpot_slo, slo_attainment, max_gpus, json_out, max_span, rel_tol)
         if gpus_for is not None and tp is None and "tp" not in {**dict(_pairs(set_flags, "--set")), **extra}:
             flags["tp"] = _smallest_tp(flags, options)
             if flags["tp"] > 1:

@@ -227,8 +227,9 @@ def _print_curve(console, res, where: str = "") -> None:
                   f"{100 * row.gather_fraction:.1f}", f"{100 * row.bookkeeping_fraction:.2f}",
                   f"{row.capacity_tokens_per_s:,.0f}", f"{row.latency_s_per_token:.4f}")
     console.print(t)
-    console.print(f"recommended block size: [bold]{res.recommended}[/] tokens (within 2%: "
-                  f"{res.good_range[0]}-{res.good_range[1]})")
+    from kvsim.planning.tune import TOLERANCE
+    from kvsim.planning.tune_notes import headline
+    console.print(headline(res.curve, res.recommended, res.good_range, TOLERANCE), highlight=False)
     console.print(res.reason, highlight=False)
 
 
@@ -247,8 +248,9 @@ def report_cmd(
     set_flags: List[str] = SetOpt, seed: int = SeedOpt,
     rates: Optional[str] = typer.Option(None, "--rates", help="Rates of the latency curve, req/s "
                                         "(default: the trace's rate x 0.25, 0.5, 1, 1.5, 2, 3)."),
-    block_sizes: str = typer.Option("1,4,16,64,256", "--block-sizes", help="Block sizes of the tuner "
-                                    "section, tokens ('' to leave it out)."),
+    block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Block sizes of the tuner section, "
+                                              "tokens (default: the sizes the engine profile's attention kernel "
+                                              "runs, as tune-block-size; '' to leave it out)."),
     title: str = typer.Option("", "--title", help="Report title."), workers: Optional[int] = WorkersOpt,
     force: bool = ForceOpt, replicas: Optional[str] = rf.FleetReplicasOpt, routers: str = rf.RoutersOpt,
     pd: Optional[str] = rf.PdOpt, kv_link: str = rf.KvLinkOpt, ttft_slo: float = rf.TtftSloOpt,
@@ -272,7 +274,7 @@ def report_cmd(
         else:
             from kvsim.planning.reports.build import trace_report
             rate_list = _floats(rates, "--rates") if rates is not None else None
-            sizes = _ints(block_sizes, "--block-sizes")
+            sizes = None if block_sizes is None else _ints(block_sizes, "--block-sizes")
             tr = _workload(trace, preset, rate, duration, num_requests, seed)
             flags = _flags(model, gpu, tp, kv_gib, num_blocks, seed, set_flags)
             from kvsim.planning.sweep.servable import unservable

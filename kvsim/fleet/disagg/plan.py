@@ -15,7 +15,8 @@ from typing import Any, Mapping, Sequence
 
 from kvsim.engine.config import SimConfig
 from kvsim.fleet.disagg.sim import DisaggConfig
-from kvsim.fleet.disagg.slo import attainment, colocated_columns, disagg_summary, goodput, run_disagg
+from kvsim.fleet.disagg.slo import (attainment, colocated_columns, disagg_summary, goodput, met_slos,
+                                    run_disagg)
 from kvsim.fleet.disagg.kv_link import get_link
 from kvsim.trace.table import Trace, rescale_trace
 
@@ -64,19 +65,23 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
                  max_gpus: int = 16, kv_link: str = "nvlink", ttft_slo: float = 0.2, tpot_slo: float = 0.1,
                  target: float = 0.9, cost=None, progress=None, steady=None,
                  longer=None) -> list[dict[str, Any]]:
-    """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best) for the fewest
-    GPUs per TP degree at which a split or colocation meets `target` at `rate_rps` (`trace` rescaled
-    to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer is the row marked
-    `best`: fewest GPUs, then highest attainment, then colocated before a split. `cost`: a cost model
-    for every run (tests). `progress(message)` hears each candidate (TP, GPUs, P:D) as it is simulated,
-    with the runs left at most, and each TP degree dropped and why. `steady(columns, span_s)`: '' when a
-    layout's requests in the system settle over the trace's second half, else why not (such a layout,
-    its `unsteady` note set, does not meet the target: `kvsim.planning.rate.fleet_steady.unsteady_note`);
-    None: the attainment of the trace as given decides. `longer(k)`: the workload at `rate_rps` over
-    2**k times the first trace's span (k = 1, 2, ...), or None past the span cap: a layout whose queue
-    still grows runs again on a trace twice as long until it settles, misses the target or reaches the
-    cap (the rate search's rule, `kvsim.planning.rate.steady`); `span_s` in each row is the trace span
-    it was judged on."""
+    """Rows (tp, gpus, prefill, decode (0 and 0 for colocated), attainment, meets, best, span_s, note)
+    for the fewest GPUs per TP degree at which a split or colocation meets `target` at `rate_rps`
+    (`trace` rescaled to it; TP degrees that meet it nowhere up to `max_gpus` have no rows); the answer
+    is the row marked `best`: fewest GPUs, then decided before uncertain, then highest attainment, then
+    colocated before a split. `cost`: a cost model for every run (tests). `progress(message)` hears each
+    candidate (TP, GPUs, P:D) as it is simulated, with the runs left at most, each rerun and each TP
+    degree dropped and why.
+
+    `steady(run_at, met, target)`: each layout's steady-state verdict, as fleets and the rate search
+    are judged (`functools.partial(kvsim.planning.rate.fleet_steady.judge_attainment, duration_s=...,
+    rate_rps=..., max_excess=..., max_span_s=...)`; `duration_s` None: the trace as given, never
+    extended): the trend of requests in the system and the batch means of the misses over the second
+    half (`steady_verdict`, `attainment_low` (one-sided 95 % lower bound), `window_requests` set in the
+    row); a layout they cannot decide runs again on `longer(span_s)` (the workload at `rate_rps` over
+    `span_s` s), its span doubled up to the cap; at the cap a pass still growing fails and one still
+    undecided stands with its `note` (uncertain). None: the attainment over the trace as given decides.
+    `span_s` is the span each row was judged on."""
     from kvsim.fleet.config import check_units
     check_units(max_gpus, "--max-gpus")
     if not rate_rps > 0:
@@ -87,7 +92,7 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
     link, rows = get_link(kv_link), []
     say = progress or (lambda message: None)
     tps = sorted(set(tp_options))
-    left = sum(n for tp in tps for n in range(2, max_gpus // tp + 1))      # runs at most, all TPs
+    left = sum(n for tp in tps for n in range(2, max_gpus // tp + 1))      # layouts at most, all TPs
     done = 0
     for tp in tps:
         try:
@@ -101,48 +106,65 @@ def split_search(trace: Trace, cfg: SimConfig, rate_rps: float, *, tp_options: S
         for n in range(2, max_gpus // tp + 1):
             found = []
             for p in range(1, n + 1):
-                split = f"{p}P:{n - p}D" if p < n else "colocated"
-                say(f"disagg: TP {tp}, {n * tp} GPUs, {split} (run {done + 1} of at most {left})")
+                name = f"TP {tp}, {n * tp} GPUs, " + (f"{p}P:{n - p}D" if p < n else "colocated")
+                say(f"disagg: {name} (layout {done + 1} of at most {left})")
+
                 def run(t: Trace, p=p, n=n) -> dict:
                     return (run_disagg(t, DisaggConfig(side, side, p, n - p, link), cost).request_columns()
                             if p < n else colocated_columns(t, side, n, cost))
-                t, cols, note, k = tr, run(tr), "", 0
-                att = attainment(cols, ttft_slo, tpot_slo)
-                while steady is not None and att >= target and (note := steady(cols, float(t.arrival_s[-1]))):
-                    k += 1
-                    nxt = longer(k) if longer is not None else None
-                    if nxt is None:
-                        say(f"disagg: TP {tp}, {n * tp} GPUs, {split} does not count: {note}")
-                        break
-                    say(f"disagg: TP {tp}, {n * tp} GPUs, {split}: {note}; running it again on "
-                        f"{nxt.arrival_s[-1]:.0f} s")
-                    t, cols = nxt, run(nxt)
-                    att, note = attainment(cols, ttft_slo, tpot_slo), ""
-                found.append({"tp": tp, "gpus": n * tp, "prefill": p % n, "decode": (n - p) % n, "attainment": att,
-                              "unsteady": note if att >= target else "", "span_s": float(t.arrival_s[-1])})
+                row = {"tp": tp, "gpus": n * tp, "prefill": p % n, "decode": (n - p) % n, "note": ""}
+                row.update(_judged(run, tr, steady, longer, ttft_slo, tpot_slo, target,
+                                   lambda msg, name=name: say(f"disagg: {name}: {msg}")))
+                found.append(row)
                 done += 1
-            top = max(found, key=lambda r: (not r["unsteady"], r["attainment"]))
-            if top["attainment"] >= target and not top["unsteady"]:
+            top = max(found, key=lambda r: (r["meets"], r["attainment"]))
+            if top["meets"]:
                 rows += found
                 left = done + sum(m for t in tps if t > tp for m in range(2, max_gpus // t + 1))
                 met = True
                 break
+            growing = [r for r in found if r["attainment"] >= target]
             say(f"disagg: TP {tp}, {n * tp} GPUs dropped: " + (
-                f"the {len(found)} layouts meeting {target:.0%} still grow their queues" if top["unsteady"] else
-                f"the best of {len(found)} layouts attains {top['attainment']:.1%} < {target:.0%}"))
+                f"the {len(growing)} layout(s) meeting {target:.0%} on the trace are not stable: {growing[0]['note']}"
+                if growing else f"the best of {len(found)} layouts attains {top['attainment']:.1%} < {target:.0%}"))
         if not met:
             say(f"disagg: TP {tp} dropped: no layout of up to {max_gpus} GPUs attains {target:.0%}")
-    for r in rows:
-        r["meets"] = r["attainment"] >= target and not r["unsteady"]
     passing = [r for r in rows if r["meets"]]
     if not passing:
         raise ValueError(f"no split of up to {max_gpus} GPUs (TP {', '.join(map(str, tp_options))}) serves "
                          f"{rate_rps} req/s with {target:.0%} of requests within TTFT {ttft_slo} s and TPOT "
                          f"{tpot_slo} s")
-    best = min(passing, key=lambda r: (r["gpus"], -r["attainment"], r["prefill"] != 0))
+    best = min(passing, key=lambda r: (r["gpus"], bool(r["note"]), -r["attainment"], r["prefill"] != 0))
     for r in rows:
         r["best"] = r is best
     return rows
+
+
+def _judged(run, tr: Trace, steady, longer, ttft_slo: float, tpot_slo: float, target: float,
+            say) -> dict[str, Any]:
+    """One layout's figures: `run(trace)` -> its per-request columns; judged at steady state by
+    `steady` when given (`split_search`), else by the attainment over `tr` as given."""
+    if steady is None:
+        att = attainment(run(tr), ttft_slo, tpot_slo)
+        return {"attainment": att, "meets": att >= target, "span_s": float(tr.arrival_s[-1])}
+    runs = []
+
+    def run_at(span):                      # the first run is on `tr`, each later one on a longer trace
+        t = longer(span) if runs else tr
+        if runs:
+            say(f"its verdict is not decided yet: running it again on {span:.0f} s of arrivals")
+        runs.append(span)
+        return run(t), float(span if span is not None else t.arrival_s[-1])
+
+    v = steady(run_at, lambda cols: met_slos(cols, ttft_slo, tpot_slo), target)
+    s = v.summary
+    low = "" if s["attainment_low"] is None else f", at least {s['attainment_low']:.1%} at steady state"
+    say(f"attainment {s['attainment']:.1%} over {v.span_s:.0f} s{low}: {'meets' if v.ok else 'misses'} "
+        f"{target:.0%}" + (f" ({v.note})" if v.note and (v.ok or v.note.startswith("still")) else ""))
+    return {"attainment": s["attainment"], "meets": v.ok, "span_s": v.span_s, "note": v.note, "runs": v.runs,
+            "steady_verdict": s["steady_verdict"], "attainment_low": s["attainment_low"],
+            "window_requests": s["window_requests"], "window_requests_needed": s["window_requests_needed"],
+            "trend_excess": s["trend_excess"]}
 
 
 def simulate_disagg(trace: Trace, config: SimConfig, prefill_replicas: int, decode_replicas: int, *,

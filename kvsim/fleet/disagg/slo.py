@@ -25,15 +25,17 @@ from kvsim.fleet.disagg.sim import DisaggConfig, DisaggSim
 from kvsim.trace.table import Trace, rescale_trace
 
 
+def met_slos(columns: dict[str, np.ndarray], ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
+    """Per request: finished within both SLOs (`ttft_s`, `tpot_s`, `status` columns)."""
+    tpot = columns["tpot_s"]
+    return ((columns["status"] == "finished") & (columns["ttft_s"] <= ttft_slo_s)
+            & (np.isnan(tpot) | (tpot <= tpot_slo_s)))
+
+
 def attainment(columns: dict[str, np.ndarray], ttft_slo_s: float, tpot_slo_s: float) -> float:
     """Fraction of requests finished within both SLOs (`ttft_s`, `tpot_s`, `status` columns)."""
-    done = columns["status"] == "finished"
-    n = len(done)
-    if n == 0:
-        return 0.0
-    tpot = columns["tpot_s"]
-    ok = done & (columns["ttft_s"] <= ttft_slo_s) & (np.isnan(tpot) | (tpot <= tpot_slo_s))
-    return float(ok.sum()) / n
+    ok = met_slos(columns, ttft_slo_s, tpot_slo_s)
+    return float(ok.sum()) / len(ok) if len(ok) else 0.0
 
 
 def _stats(x: np.ndarray) -> dict[str, float | None]:

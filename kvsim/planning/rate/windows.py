@@ -18,6 +18,10 @@ mean; their mean and a one-sided Student-t interval (7 degrees of freedom, 95 %:
 - `undecided` otherwise: a rate near the knee on a trace too short to tell (bursts of long requests
   cluster violations in time, so a short trace's quantile swings with where its bursts fell).
 
+A P:D layout's SLO attainment (DistServe's: at least a fraction `target` of the requests meet every
+latency SLO) is judged the same way as a quantile at q = target (`attainment_verdict`): each window's
+fraction of requests missing is a batch mean, and the interval says the attainment's lower bound.
+
 A request still unfinished at t counts by what is known: late already (t - arrival past the limit) or
 not (yet); tpot is looked at for finished requests only.
 """
@@ -68,11 +72,9 @@ def _values(columns: Mapping[str, Any], metric: str, t_end: float) -> np.ndarray
 def verdict(columns: Mapping[str, Any], slo: Mapping[str, float], t_end: float) -> str:
     """`pass`, `fail` or `undecided` for `slo` over the second half of a run that simulated up to
     `t_end` s (module docstring); `columns`: the run's per-request columns (rejected requests skipped)."""
-    arrival = np.asarray(columns["arrival_s"], dtype=float)
     keep = np.asarray(columns["status"]) != "rejected"
-    edges = np.linspace(t_end / 2, t_end, WINDOWS + 1)
-    which = np.searchsorted(edges, arrival, side="right") - 1
-    keep &= (which >= 0) & (which < WINDOWS) & (arrival <= t_end)
+    which = _windows(columns, t_end)
+    keep &= which >= 0
     verdicts = []
     for metric, limit in slo.items():
         if not math.isfinite(limit):
@@ -81,15 +83,59 @@ def verdict(columns: Mapping[str, Any], slo: Mapping[str, float], t_end: float) 
         values = _values(columns, name, t_end)
         ok = keep & ~np.isnan(values)
         q = _QUANTILES.get(stat)
-        means, counts = np.zeros(WINDOWS), np.bincount(which[ok], minlength=WINDOWS)
         x = (values[ok] > limit).astype(float) if q is not None else values[ok]
-        np.add.at(means, which[ok], x)
-        need = max(MIN_WINDOW_REQUESTS, MIN_TAIL / (1 - q) if q is not None else 0)
-        if counts.min() < need:
-            verdicts.append("undecided")
-            continue
-        means /= counts
-        target = 1 - q if q is not None else limit
-        centre, half = float(means.mean()), T_QUANTILE * float(means.std(ddof=1)) / math.sqrt(WINDOWS)
-        verdicts.append("fail" if centre - half > target else "pass" if centre + half <= target else "undecided")
+        band = batch_means(x, which[ok], MIN_TAIL / (1 - q) if q is not None else 0)
+        verdicts.append(_judged(band, 1 - q if q is not None else limit))
     return "fail" if "fail" in verdicts else "undecided" if "undecided" in verdicts else "pass"
+
+
+def _windows(columns: Mapping[str, Any], t_end: float) -> np.ndarray:
+    """Each request's window (0 .. WINDOWS - 1) over (t_end / 2, t_end] by arrival; -1 outside."""
+    arrival = np.asarray(columns["arrival_s"], dtype=float)
+    edges = np.linspace(t_end / 2, t_end, WINDOWS + 1)
+    which = np.searchsorted(edges, arrival, side="right") - 1
+    return np.where((which >= 0) & (which < WINDOWS) & (arrival <= t_end), which, -1)
+
+
+def batch_means(x: np.ndarray, which: np.ndarray, tail: float = 0.0) -> tuple[float, float, int]:
+    """(mean of the WINDOWS batch means of the per-request values `x`, the half-width of its one-sided
+    95 % Student-t interval, the fewest requests in a window); the half-width is NaN when a window
+    holds fewer than max(MIN_WINDOW_REQUESTS, `tail`) requests (too few to judge: module docstring).
+
+    >>> batch_means(np.tile([0.0, 1.0], 8000), np.repeat(np.arange(8), 2000))
+    (0.5, 0.0, 2000)
+    """
+    counts = np.bincount(which, minlength=WINDOWS)[:WINDOWS]
+    sums = np.zeros(WINDOWS)
+    np.add.at(sums, which, x)
+    if counts.min() < max(MIN_WINDOW_REQUESTS, tail):
+        total = int(counts.sum())
+        return (float(sums.sum()) / total if total else math.nan), math.nan, int(counts.min())
+    means = sums / counts
+    return float(means.mean()), T_QUANTILE * float(means.std(ddof=1)) / math.sqrt(WINDOWS), int(counts.min())
+
+
+def _judged(band: tuple[float, float, int], target: float) -> str:
+    """`fail` when the interval of `batch_means` lies past `target`, `pass` within it, else `undecided`."""
+    centre, half, _ = band
+    if math.isnan(half):
+        return "undecided"
+    return "fail" if centre - half > target else "pass" if centre + half <= target else "undecided"
+
+
+def attainment_verdict(columns: Mapping[str, Any], met: np.ndarray, target: float,
+                       t_end: float) -> dict[str, Any]:
+    """The steady-state verdict of an SLO attainment (DistServe's: the fraction of requests meeting
+    every latency SLO must reach `target`; `met` per request, rejected and unfinished ones False) over
+    the second half of a run whose arrivals span `t_end` s: the batch means of the misses, a quantile
+    SLO at q = `target` (module docstring). -> `steady_verdict`, `steady_attainment` (over the judged
+    half), `attainment_low` (its one-sided 95 % lower bound; None when too few requests a window),
+    `window_requests` (the fewest in a window) and `window_requests_needed`."""
+    which = _windows(columns, t_end)
+    keep = which >= 0
+    tail = MIN_TAIL / (1 - target) if target < 1 else math.inf
+    band = batch_means((~np.asarray(met, dtype=bool)[keep]).astype(float), which[keep], tail)
+    centre, half, fewest = band
+    return {"steady_verdict": _judged(band, 1 - target), "steady_attainment": 1 - centre,
+            "attainment_low": None if math.isnan(half) else 1 - centre - half, "window_requests": fewest,
+            "window_requests_needed": max(MIN_WINDOW_REQUESTS, tail)}

@@ -16,7 +16,7 @@ from kvsim.planning.reports.metric_labels import value_label
 from kvsim.planning.reports.document import Report
 from kvsim.planning.runs import SYSTEMS, make_config
 from kvsim.planning.sweep.runner import run_sweep
-from kvsim.planning.tune import BLOCK_SIZES, tune_block_size
+from kvsim.planning.tune import tune_block_size
 from kvsim.engine.sim import simulate
 from kvsim.trace.table import Trace
 
@@ -123,13 +123,15 @@ def rate_section(report: Report, trace: Trace, flags: dict, rates: Sequence[floa
     return df
 
 
-def block_size_section(report: Report, trace: Trace, flags: dict, block_sizes: Sequence[int],
+def block_size_section(report: Report, trace: Trace, flags: dict, block_sizes: Sequence[int] | None,
                        workers: int | None = 1, bookkeeping=None):
     """The tuner's curve and recommendation."""
     r = tune_block_size(trace, block_sizes=block_sizes, bookkeeping=bookkeeping, workers=workers, **flags)
     report.heading("Block size")
-    report.paragraph(f"**Recommended block size: {r.recommended} tokens** (good range {r.good_range[0]} "
-                     f"to {r.good_range[1]}). {r.reason}")
+    from kvsim.planning.tune import TOLERANCE
+    from kvsim.planning.tune_notes import headline
+    line = headline(r.curve, r.recommended, r.good_range, TOLERANCE)
+    report.paragraph(f"**{line[0].upper() + line[1:]}.** {r.reason}")
     if r.warnings:                     # sizes the kernel cannot run: said on the page and on stderr
         from kvsim.planning.progress_lines import say
         report.paragraph("Not runnable on this engine: " + "; ".join(r.warnings) + ".")
@@ -141,11 +143,12 @@ def block_size_section(report: Report, trace: Trace, flags: dict, block_sizes: S
 
 
 def trace_report(trace: Trace, title: str = "", *, rates: Sequence[float] | None = None,
-                 block_sizes: Sequence[int] = BLOCK_SIZES, workers: int | None = 1, bookkeeping=None,
+                 block_sizes: Sequence[int] | None = None, workers: int | None = 1, bookkeeping=None,
                  **flags) -> Report:
     """A full report for `trace` on the deployment of run `flags` (as `kvsim.make_config`): systems
     side by side, latency against rate (default: `kvsim.planning.reports.rates.rate_grid`, spanning the
-    trace's rate and the engine's saturation) and block size.
+    trace's rate and the engine's saturation) and block size (`block_sizes`; default: the sizes the
+    engine profile's attention kernel runs, as `tune_block_size` picks them; empty: no such section).
 
     >>> import kvsim
     >>> tr = kvsim.generate_trace("alpaca", rate_rps=10, num_requests=30, seed=0)
@@ -169,7 +172,7 @@ def trace_report(trace: Trace, title: str = "", *, rates: Sequence[float] | None
         rates = rate_grid(trace, cfg, base_rate)
     if rates:
         rate_section(report, trace, flags, rates, workers=workers)
-    if block_sizes:
+    if block_sizes is None or len(block_sizes):
         block_size_section(report, trace, flags, block_sizes, workers, bookkeeping)
     return report
 

@@ -102,6 +102,7 @@ def fleet_section(report: Report, trace: Trace, flags: dict, replicas: Sequence[
         "hit tokens over admitted prompt tokens, all replicas together; max/mean: the busiest replica "
         "against the mean, in requests served and in time-averaged KV in use (1.0 is even).")
     report.table("fleet_routers", df, show=ROUTER_SHOW, percent=["prefix_cache_hit_rate", "slo_attainment"])
+    report.paragraph(router_verdict(df))
     d = df.assign(fleet=[f"{n} replicas" for n in df.replicas])
     hits = metric("prefix_cache_hit_rate")
     report.figure("fleet_prefix_hits", figures.grouped_bars(
@@ -138,7 +139,13 @@ def _split_part(report: Report, trace: Trace, flags: dict, fleets: pd.DataFrame,
         "(`--ttft-slo`, `--tpot-slo`), rejected and unfinished ones counted as misses (DistServe's "
         "definitions).")
     report.table("fleet_vs_disagg", table, show=SPLIT_SHOW, percent=["slo_attainment"])
-    report.paragraph(slo_fit_note(table, ttft_slo, tpot_slo))
+    best = table.loc[table.slo_attainment.idxmax()]
+    report.paragraph(f"Highest SLO attainment on {best.gpus:g} GPUs: {best.layout}, {best.slo_attainment:.1%}"
+                     + "".join(f"; best on {g:g} GPUs: {t.layout}, {t.slo_attainment:.1%}" for g, t in
+                               ((g, t.loc[t.slo_attainment.idxmax()]) for g, t in table.groupby("gpus"))
+                               if g != best.gpus) + " (one trace as given, not a steady-state verdict: "
+                     "`kvsim capacity --gpus-for RATE --disagg` judges layouts at steady state). "
+                     + slo_fit_note(table, ttft_slo, tpot_slo))
     report.figure("fleet_vs_disagg", figures.bars(dict(zip(table.layout, 100 * table.slo_attainment)),
                                                   metric("slo_attainment").axis(), "SLO attainment by layout"))
 
@@ -181,3 +188,23 @@ def slo_fit_note(table: pd.DataFrame, ttft_slo: float, tpot_slo: float) -> str:
     return text + (f" It does not fit this workload: the best layout ({best.layout}) serves "
                    f"{100 * best.slo_attainment:.0f}% of requests within it, with TTFT p50 {best.ttft_s_p50:.3g} s "
                    f"and TPOT p50 {best.tpot_s_p50:.3g} s; an SLO near those would compare the layouts.")
+
+
+def router_verdict(df: pd.DataFrame, close: float = 0.05) -> str:
+    """Which router to pick at each fleet size of `fleet_rows`' table, in words: the lowest TTFT p99, the
+    routers within `close` of it (no difference worth a choice on this trace), and the most prefix hits."""
+    parts = []
+    for n, g in df.groupby("replicas", sort=True):
+        g = g.dropna(subset=["ttft_s_p99"])
+        if g.empty:
+            continue
+        best = g.loc[g.ttft_s_p99.idxmin()]
+        near = [r for r, t in zip(g.router, g.ttft_s_p99) if r != best.router and t <= best.ttft_s_p99 * (1 + close)]
+        hits = g.loc[g.prefix_cache_hit_rate.idxmax()]
+        text = f"At {n} replicas the lowest TTFT p99 is {best.router}'s ({best.ttft_s_p99:.3g} s)"
+        text += (f"; {', '.join(near)} within {close:.0%} of it (no difference worth a choice on this trace)"
+                 if near else f", more than {close:.0%} below every other router")
+        text += (f"; the most prefix-cache hits, {hits.prefix_cache_hit_rate:.1%}, are {hits.router}'s."
+                 if hits.prefix_cache_hit_rate > 0 else "; no router finds a prefix-cache hit on this trace.")
+        parts.append(text)
+    return " ".join(parts)

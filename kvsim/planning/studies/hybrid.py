@@ -78,11 +78,26 @@ QUICK = StudyPlan(models={"gpt-oss-120b": MODELS["gpt-oss-120b"]},
 
 
 def startup_row(flags: dict) -> dict:
+    """`startup_figures` of the configuration of run `flags`."""
+    return startup_figures(make_config(**flags))
+
+
+def max_len_tokens(configs: dict) -> dict:
+    """{name: (KV tokens at the maximum length (`startup_figures`), that length)} for `kvsim compare`'s
+    columns of a model whose layers are not all full attention, else {} (its columns' slots are tokens)."""
+    if not any(c.deployment.model.is_hybrid for c in configs.values()):
+        return {}
+    return {name: (startup_figures(cfg)["kv_tokens"], cfg.deployment.model.max_seq_len)
+            for name, cfg in configs.items()}
+
+
+def startup_figures(cfg) -> dict:
     """KV tokens and maximum concurrency at the maximum length: vLLM 0.33's start-up figures (paged
     layouts); for Jenga, the same formula over its pages (pool / the bytes a max-length request needs per
     layer kind, counted in blocks per kind by vLLM's rule at Jenga's block size); for contiguous layouts, whole
-    max-length reservations (each group its share) and their tokens."""
-    cfg = make_config(**flags).resolved()
+    max-length reservations (each group its share) and their tokens. The one figure comparable across
+    layouts (`kvsim compare` prints it for hybrid models): each allocator's own slots differ in unit."""
+    cfg = cfg.resolved()
     max_len = cfg.deployment.model.max_seq_len
     if cfg.cache.allocator == "jenga":
         alloc = jenga_allocator(cfg)

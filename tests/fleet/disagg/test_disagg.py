@@ -226,40 +226,86 @@ def test_run_disaggregated_writes_its_folder(tmp_path):
     assert res.exit_code == 2 and "--batching static" in res.output
 
 
-def test_split_search_drops_a_layout_its_steady_check_rejects():
-    """The hand case above with a steady-state check (`steady=`) that rejects every split (the columns of
-    a disaggregated run carry `prefill_instance`): 1P:1D no longer meets; colocation still answers."""
+def steady(duration_s=None, max_span_s=3600.0):
+    """The CLI's steady-state judge of a layout at 0.5 req/s (`kvsim.cli.commands.disagg`)."""
+    from functools import partial
+
+    from kvsim.planning.rate.fleet_steady import judge_attainment
+    return partial(judge_attainment, duration_s=duration_s, rate_rps=0.5, max_excess=0.025, max_span_s=max_span_s)
+
+
+@pytest.mark.long        # 3.7 s: 16,400 requests through two layouts (the judge alone: test_fleet_steady, fast)
+def test_split_search_judges_each_layout_by_the_batch_means_of_its_attainment():
+    """The hand case above on 16,400 requests 2 s apart: every request meets both SLOs (1.5 s), so each
+    window of the second half (16,400 s of arrivals cut into 8 windows of 2,050 s: 1,024 or 1,025 requests,
+    >= 1,000, as the rescaling to 0.5 req/s stretches the arrivals by 32,800 / 32,798)
+    misses none: the batch means' interval is [0, 0] and the attainment's 95 % lower bound 1.0, decided
+    on the first run (no rerun, no note). (Decided failures and undecided intervals: test_fleet_steady.)"""
     from kvsim.fleet.disagg.plan import split_search
 
-    trace = trace_of([(2.0 * k, 4, 2) for k in range(6)])
-    seen = []
-
-    def steady(cols, span):
-        seen.append(span)
-        return "growing" if "prefill_instance" in cols else ""
-
-    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=1.5,
-                        cost=ConstantCost(1.0), steady=steady)
-    assert [(r["prefill"], r["meets"], r["unsteady"], r["best"]) for r in rows] == [
-        (1, False, "growing", False), (0, True, "", True)]
-    assert seen == [12.0, 12.0]    # the span judged: the last arrival of 6 requests rescaled to 0.5 req/s (6 / 0.5)
+    trace = trace_of([(2.0 * k, 4, 2) for k in range(16_400)])
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=2, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0), steady=steady())
+    assert [(r["prefill"], r["attainment"], r["attainment_low"], r["steady_verdict"], r["window_requests"],
+             r["runs"], r["note"], r["meets"]) for r in rows] == [
+        (1, 1.0, 1.0, "pass", 1024, 1, "", True), (0, 1.0, 1.0, "pass", 1024, 1, "", True)]
+    assert rows[0]["span_s"] == 32_800.0                   # 16,400 arrivals rescaled to 0.5 req/s
 
 
-def test_split_search_reruns_a_growing_layout_on_a_longer_trace():
-    """A check that calls a layout growing until its trace spans 20 s: each layout (1P:1D, colocated)
-    runs again on `longer(1)` (12 requests 2 s apart, the last at 22 s), settles there and meets."""
+def test_split_search_reruns_an_undecided_layout_and_marks_it_uncertain_at_the_cap():
+    """6 requests 2 s apart (12 s at 0.5 req/s) from --duration 12 with a 48 s cap: both layouts meet on
+    the trace but their windows hold 0-2 requests (1,000 needed), so each runs again on `longer(24)`
+    and `longer(48)` (requests 2 s apart over the span) and stands at the cap, uncertain, with no lower
+    bound; the answer prefers colocation as before. A real trace (`duration_s` None) is never extended:
+    one run each, marked uncertain on the trace as given."""
     from kvsim.fleet.disagg.plan import split_search
 
     trace = trace_of([(2.0 * k, 4, 2) for k in range(6)])
     asked = []
 
-    def longer(k):
-        asked.append(k)
-        return trace_of([(2.0 * j, 4, 2) for j in range(6 * 2 ** k)])
+    def longer(span):
+        asked.append(span)
+        return trace_of([(2.0 * j, 4, 2) for j in range(int(span / 2))])
 
-    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=4, ttft_slo=1.5, tpot_slo=1.5,
-                        cost=ConstantCost(1.0), steady=lambda cols, span: "growing" if span < 20 else "",
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=2, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0), steady=steady(12.0, 48.0),
                         longer=longer)
-    assert asked == [1, 1]
-    assert [(r["prefill"], r["span_s"], r["meets"], r["unsteady"]) for r in rows] == [
-        (1, 22.0, True, ""), (0, 22.0, True, "")]
+    assert asked == [24.0, 48.0, 24.0, 48.0]
+    # (24, 48] in 8 windows of 3 s: arrivals at 26, 28 and 30, ... 46: the fewest in a window is 1
+    assert [(r["prefill"], r["span_s"], r["runs"], r["meets"], r["attainment_low"], r["window_requests"],
+             r["best"]) for r in rows] == [(1, 48.0, 3, True, None, 1, False), (0, 48.0, 3, True, None, 1, True)]
+    assert rows[0]["note"].startswith("uncertain: on 48 s of arrivals (the longest trace tried)")
+    rows = split_search(trace, paged(10), 0.5, tp_options=(1,), max_gpus=2, ttft_slo=1.5, tpot_slo=1.5,
+                        cost=ConstantCost(1.0), steady=steady(), longer=longer)
+    assert len(asked) == 4 and [r["runs"] for r in rows] == [1, 1]
+    assert rows[1]["note"].startswith("uncertain: on 12 s of arrivals (the trace as given, not extended)")
+
+
+def test_capacity_disagg_states_the_span_and_uncertainty_of_its_answer(tmp_path):
+    """Two requests at 1 req/s on OPT-13B: too few to judge at steady state, so the answer says so."""
+    res = runner.invoke(app, ["capacity", str(_trace_file(tmp_path)), "--gpu", "a100-80gb", "--gpus-for", "1",
+                              "--disagg", "--tp-options", "1", "--max-gpus", "2", "--ttft-slo", "10",
+                              "--tpot-slo", "10"])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.stdout.split())
+    assert "95% low" in out and "meets (uncertain) <- best" in out
+    assert ("answer: TP 1, 2 GPUs, colocated: attainment 100.0% over 2 s of arrivals; uncertain: on 2 s of "
+            "arrivals (the trace as given, not extended)") in out
+    assert "the fewest requests in a window of its second half: 0, where batch means need 1,000" in out
+
+
+def test_capacity_disagg_says_how_many_requests_no_layout_can_serve(tmp_path):
+    """OPT-13B's maximum is 2,048 tokens: of 2 requests, one of 3,000 tokens is rejected by every layout,
+    so no layout attains more than 50.0%: a 90 % target is refused before any run, a 50 % one noted."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0.0, "prompt_tokens": 40, "output_tokens": 5}\n'
+                    '{"arrival_s": 0.1, "prompt_tokens": 2990, "output_tokens": 10}\n')
+    args = ["capacity", str(path), "--gpu", "a100-80gb", "--gpus-for", "1", "--disagg", "--tp-options", "1",
+            "--max-gpus", "2", "--ttft-slo", "10", "--tpot-slo", "10"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "1 of 2 requests are longer than opt-13b's maximum (2,048 tokens" in \
+        " ".join(res.output.split()) and "no layout attains more than 50.0%, below the 90% target" in \
+        " ".join(res.output.split()), res.output
+    res = runner.invoke(app, args + ["--slo-attainment", "0.5"])
+    assert res.exit_code == 0, res.output
+    assert "no layout attains more than 50.0% (the target is 50%)" in " ".join(res.stdout.split())

@@ -96,3 +96,18 @@ def test_the_fleet_section_follows_the_single_engine_sections(tmp_path):
     headings = [x for x in (out / "report.md").read_text().splitlines() if x.startswith("## ")]
     assert headings == ["## Workload and deployment", "## Systems at the trace's arrival times",
                         "## Latency against request rate", "## Fleets: routers compared", "## Provenance"]
+
+
+def test_router_verdict_names_the_lowest_ttft_p99_and_the_routers_within_noise():
+    import pandas as pd
+
+    from kvsim.planning.studies.fleet_report import router_verdict
+    df = pd.DataFrame({"replicas": [8, 8, 8, 16, 16], "router": ["round-robin", "least-kv", "prefix-aware",
+                                                                 "round-robin", "prefix-aware"],
+                       "ttft_s_p99": [4.5, 4.6, 6.0, 2.0, 1.0], "prefix_cache_hit_rate": [0.03, 0.04, 0.07, 0.1, 0.2]})
+    # 8: 4.6 <= 4.5 x 1.05 = 4.725 (within 5 %), 6.0 is not; 16: 2.0 > 1.05
+    assert router_verdict(df) == (
+        "At 8 replicas the lowest TTFT p99 is round-robin's (4.5 s); least-kv within 5% of it (no difference "
+        "worth a choice on this trace); the most prefix-cache hits, 7.0%, are prefix-aware's. At 16 replicas "
+        "the lowest TTFT p99 is prefix-aware's (1 s), more than 5% below every other router; the most "
+        "prefix-cache hits, 20.0%, are prefix-aware's.")
