@@ -103,9 +103,11 @@ def build_run(trace: Trace, cfg: SimConfig, scheduler_kind: type | None = None) 
     kind = scheduler_kind or kind
     sched = kind(trace, alloc, cfg.scheduler, dep.model.max_seq_len, swap_tokens, block_ids, cfg.seed)
     if profile.time_model == "vllm-v1" and kind is Scheduler and async_scheduling_on(cfg):
-        # async scheduling: one step ahead (arrivals). (Its one batch in flight, Scheduler.use_async_scheduling
-        # (kvsim/engine/batching/settle.py), checked against vLLM step by step, is not switched on in runs yet)
+        # async scheduling: each step planned while the one before runs, so it admits only what had
+        # arrived when that one started (`Stepper.step`'s cutoff) and sees none of its outputs
+        # (finished requests held one step, settle.py, checked against vLLM step by step)
         sched.async_lag, sched.arrival_times = True, trace.arrival_s.tolist()
+        sched.use_async_scheduling()
     penalty = paged and (profile.paged_penalty or cfg.calibration is not None)   # measured kernels win
     cost = cost_model(dep, page, penalty, cfg.calibration, profile, cfg.scheduler.max_num_seqs,
                       cfg.scheduler.max_batched_tokens, cfg.enforce_eager, async_scheduling_on(cfg))

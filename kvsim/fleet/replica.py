@@ -117,7 +117,8 @@ class Replica:
         """The steady decode steps after `last` (ended at `now`), as `Stepper.window` finds them with
         no arrival known ahead; None when there are fewer than two. Nothing is applied yet."""
         sched, stepper = self.sched, self.stepper
-        if (last.prefills or last.swap_tokens or last.preempted or last.finished) and (sched.waiting or sched.swapped):
+        if (last.prefills or last.swap_tokens or last.preempted or last.finished or last.freed) \
+                and (sched.waiting or sched.swapped):      # (`freed`: async scheduling's held requests)
             return None
         if stepper.async_lag and sched.deferred:      # (async scheduling: the next step admits it)
             return None

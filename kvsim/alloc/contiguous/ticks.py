@@ -54,6 +54,11 @@ class ContiguousTicks(JoinsEach):
         if at is not None:
             self._tokens[seq_id] += self._clock - at
 
+    def tick_leave(self, seq_id: int) -> None:
+        """Stop `seq_id`'s ticks but keep its reservation (a finished request held one more step under
+        async scheduling, kvsim/engine/batching/settle.py)."""
+        self._untick(seq_id)
+
     def _sync_all(self) -> None:
         for seq_id in self._at:
             self._sync(seq_id)

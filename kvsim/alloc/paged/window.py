@@ -140,6 +140,13 @@ class PagedTicks:
         filled: a block it filled is registered, as the per-sequence path registered it), else 0."""
         return 1 if any(s is seq for s in self._pending[:self._resume] if s.due != self._clock) else 0
 
+    def tick_leave(self, seq_id: int) -> None:
+        """Stop `seq_id`'s ticks but keep its blocks (a finished request held one more step under async
+        scheduling, kvsim/engine/batching/settle.py); no-op when it is not ticking."""
+        seq = self._seqs[seq_id]
+        if seq.at >= 0:
+            self._untick(seq)
+
     def _untick(self, seq) -> None:
         """Stop a ticking sequence's growth (its stale `_due` entry is skipped when reached)."""
         self._sync(seq)

@@ -168,6 +168,8 @@ class LazyDecodes(LazyCappedReads):
     def _finish_lazy(self, plan, now: float) -> None:
         """`finish` with members: the step's new decoders (finished prefills, swap-ins) emit one by
         one, the members through `_gen_clock`; those that go on decoding become members."""
+        if self.settle_lag:          # (async scheduling: the step before's finished requests go first)
+            self._settle(plan)
         generated, output = self.generated, self.output
         fresh = self._prefills_done(plan, now) if plan.prefills else []
         ending = self._end_members() if self._ticked else []
@@ -182,12 +184,18 @@ class LazyDecodes(LazyCappedReads):
         # (members, then the requests that joined the batch this step: prefills, then swap-ins)
         plan.finished = new_ends + ending + swap_ends
         if ending or new_ends or swap_ends:
-            self._retire_lazy(ending + new_ends + swap_ends, now)
+            retire = ending + new_ends + swap_ends
+            self._retire_lazy(retire, now)
+            if self.settle_lag:
+                plan.finished = retire          # (in batch order, as vLLM reports them: settle.py)
         if fresh:
             self._join(fresh)
-        rest = len(self.running) - len(self._since)        # requests still prefilling
-        if rest and any(i in self._since for i in self.running[-rest:]):
-            self._stop_lazy()          # one prefills ahead of a member: it would tick out of order
+        settling = self.settling                # (async: finished, held a step; not members)
+        rest = len(self.running) - len(self._since) - len(settling)   # requests still prefilling
+        if rest:
+            running = [i for i in self.running if i not in settling] if settling else self.running
+            if any(i in self._since for i in running[-rest:]):
+                self._stop_lazy()      # one prefills ahead of a member: it would tick out of order
 
     def _end_members(self) -> list[int]:
         """Emit the members' tokens of the step that grew them; take out (`_leave`) and return those
@@ -225,7 +233,14 @@ class LazyDecodes(LazyCappedReads):
         return ending
 
     def _retire_lazy(self, retire: list[int], now: float) -> None:
-        """`_retire` of requests given in batch order."""
+        """`_retire` of requests given in batch order. Under async scheduling (settle.py) they stop
+        ticking and are held until the next step's `finish` (the allocator's `tick_leave`)."""
+        if self.settle_lag:
+            leave = self.alloc.tick_leave
+            for i in retire:
+                for s in self.seq_ids(i):
+                    leave(s)
+            return self._mark_finished(retire, now)
         running, free, status, finished_s = self.running, self._free_done, self.status, self.finished_s
         if self.stride == 1:
             for i in retire:

@@ -19,7 +19,9 @@ scheduled. What changes, each taken from vllm/v1/core/sched/scheduler.py:
   time, `kvsim.engine.step.Stepper`).
 Decoding, prefill chunks and admission are otherwise as with synchronous scheduling (decodes use
 `num_output_placeholders`, one token a step). Finish times stay the step that samples the last token.
-Lazy decode ticks and fast-forward windows across a settling request are not used under it.
+Lazy decode ticks (kvsim/engine/batching/lazy_decode.py) go on where the allocator can stop a finished
+sequence's ticks while it is held (`tick_leave`: the paged allocator; not the hybrid one, whose window
+frees lag the tokens in flight); fast-forward windows never run across a settling request.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ class AsyncSettle:
 
     def use_async_scheduling(self) -> None:
         """Plan every step with the previous one in flight (vLLM's async scheduling). Call before the
-        first step. (No lazy decode ticks: a settling request is skipped by a step that still holds it.)"""
+        first step. Lazy decode ticks stay on only where the allocator can stop a held request's ticks
+        (`tick_leave`) and its frees do not lag the tokens in flight (`async_lag`)."""
         self.settle_lag = True
         self.settling = {}
-        self._lazy = False
+        if not hasattr(self.alloc, "tick_leave") or hasattr(self.alloc, "async_lag"):
+            self._lazy = False
         if hasattr(self.alloc, "async_lag"):
             self.alloc.async_lag = True
 

@@ -49,13 +49,22 @@ def test_a_request_arriving_mid_step_waits_one_more_step():
     assert first[0] == pytest.approx(steps[0])
 
 
-def test_a_request_arriving_during_the_last_step_is_not_stranded():
-    # request 1 arrives while request 0's only step runs; the step scheduled ahead is empty, so the
-    # engine schedules again when that step ends and admits request 1 then
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_request_arriving_during_the_last_step_is_not_stranded(async_scheduling):
+    # request 1 arrives while request 0's only step runs; the step scheduled ahead of it has no tokens
+    # (async scheduling: request 0 is held, finished, through it; it is queued and takes no time, as vLLM
+    # queues an empty batch; synchronous: nothing is planned), so the engine schedules again when
+    # step 1 ends and admits request 1 then
     from kvsim.trace.table import Trace
-    cfg = make_config(model="llama-2-7b", gpu="h100-80gb")
+    cfg = make_config(model="llama-2-7b", gpu="h100-80gb", async_scheduling=async_scheduling)
     run = simulate(Trace.from_arrays([0.0, 1e-6], [100, 100], [1, 1]), cfg)
     assert run.summary["requests_finished"] == 2
-    ends = run.steps.time_s + run.steps.duration_s
-    assert run.requests.first_token_s.tolist() == [pytest.approx(ends[0]), pytest.approx(ends[1])]
-    assert run.steps.time_s.tolist()[1] == pytest.approx(ends[0])       # no idle gap
+    ends = (run.steps.time_s + run.steps.duration_s).tolist()
+    # (async: an empty step after each request's only one, while it is held)
+    assert run.steps.prefill_tokens.tolist() == ([100, 0, 100, 0] if async_scheduling else [100, 100])
+    second = 2 if async_scheduling else 1
+    assert run.requests.first_token_s.tolist() == [pytest.approx(ends[0]), pytest.approx(ends[second])]
+    assert run.steps.time_s.tolist()[second] == pytest.approx(ends[0])      # no idle gap
+    if async_scheduling:
+        assert run.steps.duration_s.tolist()[1::2] == [0.0, 0.0]
+        assert run.steps.time_s.tolist()[1::2] == [ends[0], ends[2]]

@@ -1,6 +1,7 @@
 """Async scheduling's one batch in flight (kvsim/engine/batching/settle.py) in the engine: fast-forward
 windows give the same run as stepping one at a time, a finished request holds its blocks one step longer
-(by hand), and the run differs from the synchronous step model. (Against vLLM step by step:
+(by hand), and the run differs from the synchronous step model (`--no-async-scheduling`). `kvsim run`
+uses it by default (vllm-v1 time model: kvsim/engine/build.py). (Against vLLM step by step:
 tests/vllm/test_hybrid_async_oracle.py.)"""
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import kvsim.engine.sim as sim
 from kvsim.engine.build import build_run
 from kvsim.engine.sim import simulate
 from kvsim.planning.runs import make_config
@@ -19,21 +19,15 @@ from kvsim.trace.table import Trace
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _async_build(trace, cfg, scheduler_kind=None):
-    parts = build_run(trace, cfg, scheduler_kind)
-    parts.scheduler.use_async_scheduling()
-    return parts
-
-
 @pytest.mark.parametrize("flags", [
     {"model": "llama-3-8b", "gpu": "h100-80gb", "kv_gib": 3},                        # paged
     {"model": "gpt-oss-20b", "gpu": "h100-80gb", "kv_gib": 1, "max_model_len": 8192},  # full + sliding
 ])
-def test_windows_are_exact_and_the_lag_changes_the_run(flags, monkeypatch):
+def test_windows_are_exact_and_the_lag_changes_the_run(flags):
     tr = load_trace(ROOT / "traces" / "mooncake_conversation_excerpt.jsonl").head(60)
-    cfg = make_config(**flags)
-    plain = simulate(tr, cfg).summary
-    monkeypatch.setattr(sim, "build_run", _async_build)
+    cfg = make_config(**flags)                # (the default: async scheduling, vLLM 0.33's default)
+    assert build_run(tr, cfg).scheduler.settle_lag
+    plain = simulate(tr, make_config(**flags, async_scheduling=False)).summary
     fast = simulate(tr, cfg)
     slow = simulate(tr, cfg, fast_forward=False)
     a, b = fast.summary, slow.summary
@@ -45,15 +39,14 @@ def test_windows_are_exact_and_the_lag_changes_the_run(flags, monkeypatch):
     assert a != plain          # finished requests hold their blocks a step longer: the run changes
 
 
-def test_a_finished_request_holds_its_blocks_one_more_step(monkeypatch):
+def test_a_finished_request_holds_its_blocks_one_more_step():
     # llama-3-8b, block 16: one request of 40 prompt tokens and 3 outputs: steps 1-3 (prefill + 2 decodes)
     # hold cdiv(40, 16) = 3 blocks; synchronous scheduling frees them after step 3, async after step 4,
     # an empty step (the request's last token is in flight) that takes no time
     one = Trace.from_arrays([0.0], [40], [3])
     cfg = make_config(model="llama-3-8b", gpu="h100-80gb", kv_gib=1)
-    sync = simulate(one, cfg).steps
-    monkeypatch.setattr(sim, "build_run", _async_build)
-    lag = simulate(one, cfg).steps
+    sync = simulate(one, make_config(model="llama-3-8b", gpu="h100-80gb", kv_gib=1, async_scheduling=False)).steps
+    lag = simulate(one, cfg).steps           # (the default: async scheduling, as vLLM 0.33's)
     assert sync.used_blocks.tolist() == [3, 3, 3]
     assert lag.used_blocks.tolist() == [3, 3, 3, 3]
     assert lag.prefill_tokens.tolist() == [40, 0, 0, 0] and lag.decode_tokens.tolist() == [0, 1, 1, 0]
