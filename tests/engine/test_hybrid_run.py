@@ -28,8 +28,10 @@ def test_one_request_blocks_per_step_by_hand():
     """gpt-oss-20b: 12 sliding (W 128) + 12 full layers, two KV cache groups of 16-token blocks. The
     prefill step writes 1000 tokens into both groups (63 + 63 blocks); from then on the sliding group
     keeps only the blocks its window still reads: with C tokens computed it skips max(0, C - 127) tokens
-    (vLLM's SlidingWindowManager), whole blocks of them, before taking the next token's slot."""
-    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096)
+    (vLLM's SlidingWindowManager), whole blocks of them, before taking the next token's slot.
+    Synchronous scheduling (`--no-async-scheduling`; async: the next test)."""
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
+                       async_scheduling=False)
     expected = [2 * _cdiv(1000, 16)]
     for k in range(1, 50):                       # decode step k: 1000 + k - 1 computed, one more slot
         entries = _cdiv(1000 + k, 16)
@@ -39,9 +41,27 @@ def test_one_request_blocks_per_step_by_hand():
     assert r.summary["kv"]["num_blocks"] == 1000 and r.summary["kv"]["capacity_tokens"] == 16000
 
 
+def test_one_request_blocks_per_step_by_hand_under_async_scheduling():
+    """The same run under async scheduling (vLLM 0.33's default): a step is planned while the one before
+    runs, so the sliding group frees only out of the tokens whose step completed (vLLM's
+    `allocate_slots`: computed less `num_in_flight_tokens`). Decode step 1 is planned with the 1000
+    prompt tokens in flight (skips nothing: 126 blocks); step k >= 2 with one token in flight (skips
+    max(0, 1000 + k - 2 - 127) tokens); the request, finished by step 49, holds its blocks through
+    one more (empty, 0 s) step before it is freed."""
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096)
+    expected = [2 * _cdiv(1000, 16), 2 * _cdiv(1001, 16)]
+    for k in range(2, 50):
+        entries = _cdiv(1000 + k, 16)
+        expected.append(entries + entries - max(0, 1000 + k - 2 - 127) // 16)
+    expected.append(expected[-1])
+    assert r.steps.used_blocks.tolist() == expected
+    assert expected[:4] == [126, 126, 72, 72] and expected[-2:] == [75, 75]
+    assert r.steps.decode_tokens.tolist()[-1] == 0 and r.steps.duration_s.tolist()[-1] == 0.0
+
+
 def test_uniform_pages_hold_every_layers_blocks():
     r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
-                       hybrid_kv_cache=False)
+                       hybrid_kv_cache=False, async_scheduling=False)
     assert r.steps.used_blocks.tolist() == [_cdiv(1000 + k, 16) for k in range(50)]   # 63 .. 66
 
 
@@ -104,7 +124,10 @@ def test_jenga_runs_the_study_trace_with_the_hybrid_managers_blocks_at_one_page_
     """gpt-oss's two kinds have the same page, so Jenga's large page is one page and it holds blocks as
     vLLM's hybrid manager does: the same run, step for step (without prefix caching, where Jenga keeps
     blocks that left the window as held)."""
-    flags = dict(model="gpt-oss-20b", gpu="h100-80gb", kv_gib=1, max_model_len=4096, prefix_caching=False)
+    # (synchronous scheduling: kvsim's Jenga frees window blocks at once, the hybrid manager under async
+    # scheduling one step late, kvsim/engine/batching/settle.py)
+    flags = dict(model="gpt-oss-20b", gpu="h100-80gb", kv_gib=1, max_model_len=4096, prefix_caching=False,
+                 async_scheduling=False)
     a = kvsim.simulate(ONE, allocator="jenga", **flags)
     b = kvsim.simulate(ONE, **flags)
     assert a.steps.used_blocks.tolist() == b.steps.used_blocks.tolist()
@@ -115,7 +138,8 @@ def test_jenga_runs_the_study_trace_with_the_hybrid_managers_blocks_at_one_page_
 def test_per_group_breakdown_by_hand():
     """The summary's `kv.groups` of the one-request gpt-oss run: each group's blocks per step as worked
     out above, time-averaged with the steps' durations; the groups' token states add up to the total."""
-    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096)
+    r = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
+                       async_scheduling=False)
     w = r.steps.duration_s.to_numpy()
     full = np.array([_cdiv(1000 + k, 16) for k in range(50)])
     sliding = np.array([63] + [_cdiv(1000 + k, 16) - max(0, 1000 + k - 1 - 127) // 16 for k in range(1, 50)])
@@ -127,7 +151,7 @@ def test_per_group_breakdown_by_hand():
     for part in ("token_states", "reserved", "internal_fragmentation"):
         assert sliding_group["mean_fraction"][part] + full_group["mean_fraction"][part] == pytest.approx(total[part])
     uniform = kvsim.simulate(ONE, model="gpt-oss-20b", gpu="h100-80gb", num_blocks=1000, max_model_len=4096,
-                             hybrid_kv_cache=False)
+                             hybrid_kv_cache=False, async_scheduling=False)
     assert "groups" not in uniform.summary["kv"]
 
 
