@@ -63,12 +63,13 @@ def kvsim_trace(records: list[dict], block_size: int, num_blocks: int) -> Trace:
 
 def run_kvsim(records: list[dict], num_blocks: int, block_size: int, caching: bool) -> dict:
     """kvsim with vLLM v1's scheduler settings (chunked prefill, token budget 8192, 256 sequences,
-    recompute); the same keys as the oracle driver's results."""
+    recompute; synchronous scheduling, as the oracle's `Scheduler` runs: `async_scheduling=False` in
+    ../shared/oracle/vllm_oracle.py); the same keys as the oracle driver's results."""
     trace = kvsim_trace(records, block_size, num_blocks)
     cfg = SimConfig(Deployment(get_model("opt-13b"), get_gpu("a100-40gb"), 1),
                     CacheConfig(block_size=block_size, num_blocks=num_blocks, prefix_caching=caching),
                     SchedulerConfig(max_num_seqs=256, max_batched_tokens=8192, chunked_prefill=True,
-                                    preemption="recompute"))
+                                    preemption="recompute", async_scheduling=False))
     res = simulate(trace, cfg, cost=ConstantCost(0.01))
     steps = res.steps
     return {"steps": len(steps), "preemptions": int(res.summary["preemptions"]),
