@@ -111,6 +111,9 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
     times, now, nxt = trace.arrival_s.tolist(), 0.0, 0
     steps = checked = tokens = copies = max_held = preemptions = verified = 0
     worst, mismatch = 0.0, None
+    # async scheduling (kvsim/engine/batching/settle.py): a finished request's sequences keep their blocks
+    # through the next step, freed at its end (`plan.freed`); until then they stay live here too
+    held: set[int] = set()
     start = time.perf_counter()
     while True:
         while nxt < len(times) and times[nxt] <= now:
@@ -125,6 +128,8 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
         tables = plan.group_tables
         for parent, child in plan.reforked:    # dead beams replaced by forks, before the writes
             pool.clone_shadow(parent, child)
+        for r in plan.preempted:               # (a held one preempted: dropped by `_track_sequences`)
+            held.difference_update(sched.seq_ids(r))
         hits = _track_sequences(pool, sched, plan)
         if plan.copies:
             pool.copy(layout.copy_mapping(plan.copies, device))
@@ -147,9 +152,16 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
         except TableError as exc:              # a kernel would write or read through a null entry
             mismatch = mismatch or f"step {steps}: {exc}"
             break
+        for seq in plan.freed:                 # (async: those that finished the step before)
+            if seq in held:
+                held.remove(seq)
+                pool.drop(seq)
         for r in plan.finished:
             for seq in sched.seq_ids(r):
-                pool.drop(seq)
+                if sched.settle_lag:
+                    held.add(seq)
+                else:
+                    pool.drop(seq)
         for seq in plan.samples_ended:         # samples shorter than their request, freed
             pool.drop(seq)
         preemptions += len(plan.preempted)
