@@ -92,9 +92,15 @@ def sim_to_real_report(replays, calibration, wall: dict):
     rep.heading("Calibration")
     cal = calibration.to_dict()
     share = "whole stages" if calibration.scale >= 1 else f"{calibration.scale:g} of each stage"
-    rep.paragraph(f"Fitted (`kvsim calibrate`, all sustained runs, {share}): " + ", ".join(f"`{k}` = {v:.4g}" for k, v in cal["fitted"].items())
-                  + f", `client_fixed_s` = {calibration.client.fixed_s:.4g}. Kept at the base value: "
-                  + ("; ".join(f"`{k}`: {v}" for k, v in cal["kept_at_base"].items()) or "none") + ".")
+    rep.paragraph(f"Fitted by `kvsim calibrate` ({share}) on the runs whose figures cover every request "
+                  f"({len(calibration.fitted_runs)} with rows), per GPU; the client path on the sustained "
+                  f"HTTP-client runs: `client_fixed_s` = {calibration.client.fixed_s:.4g}, `client_seq_s` = "
+                  f"{calibration.client.per_seq_s:.4g} (per sequence running at arrival).")
+    rep.table("calibration", pd.DataFrame([{"GPU": g or "any other GPU", **{k: f"{v:.4g}" for k, v in vals.items()},
+                                            "kept (why)": "; ".join(f"{k}: {w}" for k, w in
+                                                                    calibration.kept.get(g, {}).items()) or "-"}
+                                           for g, vals in calibration.by_gpu.items()]),
+              "Fitted values per GPU, and what was kept and why (a GPU without runs takes the 'any other GPU' row).")
     rep.heading("Figures")
     rep.figure("predicted_vs_measured", predicted_vs_measured(replays, ("predicted", "loo")),
                "Predicted against measured, whole-run means; the diagonal is a perfect prediction.")
