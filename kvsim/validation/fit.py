@@ -5,9 +5,9 @@ the runs' end-to-end figures cannot tell them apart), `allreduce_delta_s` (colle
 `cpu_step_s` and `cpu_seq_s` (CPU time per step and per running sequence), fitted to each measured
 stage's physical TPOT, per GPU (`fit_rows.fit_by_gpu`: the GPU-side two never carry to another GPU;
 the CPU terms fall back to the fit over all GPUs where a GPU's rows are too few); then the client path
-(`kvsim.validation.client_path.fit_client`): `client_fixed_s` and `client_seq_s` (per sequence running
-when the request arrives) from the TTFT of sustained HTTP-client stages against the engine TTFT the
-fitted profile predicts. Rows come from runs whose measured figures cover every request sent (no
+(`kvsim.validation.client_path.fit_client`): `client_fixed_s` from the TTFT of sustained HTTP-client
+stages against the engine TTFT the fitted profile predicts (the engine's TTFT moves with the fitted
+step time, so the client path is fitted after it, from TTFT rows, never from TPOT rows). Rows come from runs whose measured figures cover every request sent (no
 failures: an overloaded in-process run counts, an HTTP run whose client gave up on requests does not, its
 figures cover the successes only); TTFT rows from runs the server sustained. A parameter the runs cannot
 fit is kept (GPU side: the base profile's value; CPU side: the all-GPU fit) and the reason is reported.
@@ -69,8 +69,6 @@ class CalibrationResult:
         c, ck = self.client, self.kept.get("client", {})
         lines.append(f" client path: client_fixed_s = {c.fixed_s:.6g}" + (f"  (kept: {ck['client_fixed_s']})"
                                                                         if "client_fixed_s" in ck else ""))
-        lines.append(f"  client_seq_s = {c.per_seq_s:.6g}" + (f"  (kept: {ck['client_seq_s']})" if "client_seq_s" in ck
-                                                                else ""))
         fmt = (lambda d: ", ".join(f"{k} {v:.1f}%" if v is not None else f"{k} -" for k, v in d.items()))
         lines.append(f"median APE, base profile: {fmt(self.default_medians())}")
         if any(r.loo for r in self.replays):

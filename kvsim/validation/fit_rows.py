@@ -79,20 +79,16 @@ def rows_of(run, result, trace, stage_of, profile, tp: int, layers: int, gpu: st
 
 def ttft_rows(run, result, trace, stage_of) -> list[tuple]:
     """TTFT rows for the client path's fit (`kvsim.validation.client_path.fit_client`), one per measured
-    stage: (measured TTFT, the engine's mean TTFT of the stage's finished requests, mean prompt tokens,
-    mean sequences running at arrival); seconds and counts."""
-    from kvsim.validation.client_path import running_at
-    cols, steps = result.request_columns, result.step_columns
-    first = np.asarray(cols["first_token_s"], dtype=float)
+    stage: (measured TTFT, the engine's mean TTFT of the stage's finished requests, mean prompt tokens);
+    seconds and tokens."""
+    first = np.asarray(result.request_columns["first_token_s"], dtype=float)
     arrival = np.asarray(trace.arrival_s, dtype=float)
-    running = running_at(steps["time_s"], steps["running"], arrival)
     out = []
     for k in stages_of(run):
         m = np.isfinite(first) & ((stage_of == k) if k >= 0 else True)
         meas = run.measured[k].get("ttft_ms")
         if meas and m.any():
-            out.append((meas / 1e3, float(np.mean(first[m] - arrival[m])),
-                        float(np.mean(trace.prompt_tokens[m])), float(np.mean(running[m]))))
+            out.append((meas / 1e3, float(np.mean(first[m] - arrival[m])), float(np.mean(trace.prompt_tokens[m]))))
     return out
 
 

@@ -69,12 +69,7 @@ def simulate_run(run: MeasuredRun, profile=None, client_path: ClientPath | None 
         result = kvsim.simulate_fleet(trace, cfg, kvsim.FleetConfig(cfg.deployment.dp, "least-requests"))
     else:
         result = kvsim.simulate(trace, cfg)
-    client_path = client_path or ClientPath()
-    running = 0.0
-    if client_path.per_seq_s and cfg.deployment.dp == 1:    # sequences running when each request arrives
-        from kvsim.validation.client_path import running_at
-        running = running_at(result.step_columns["time_s"], result.step_columns["running"], trace.arrival_s)
-    path = client_path.seconds(trace.prompt_tokens.astype(float), run.client, running)
+    path = (client_path or ClientPath()).seconds(trace.prompt_tokens.astype(float), run.client)
     means = {}
     if run.client_output_mean is not None:
         means = {k: v["client_output_mean"] for k, v in run.measured.items() if "client_output_mean" in v}

@@ -94,8 +94,7 @@ def sim_to_real_report(replays, calibration, wall: dict):
     share = "whole stages" if calibration.scale >= 1 else f"{calibration.scale:g} of each stage"
     rep.paragraph(f"Fitted by `kvsim calibrate` ({share}) on the runs whose figures cover every request "
                   f"({len(calibration.fitted_runs)} with rows), per GPU; the client path on the sustained "
-                  f"HTTP-client runs: `client_fixed_s` = {calibration.client.fixed_s:.4g}, `client_seq_s` = "
-                  f"{calibration.client.per_seq_s:.4g} (per sequence running at arrival).")
+                  f"HTTP-client runs: `client_fixed_s` = {calibration.client.fixed_s:.4g}.")
     rep.table("calibration", pd.DataFrame([{"GPU": g or "any other GPU", **{k: f"{v:.4g}" for k, v in vals.items()},
                                             "kept (why)": "; ".join(f"{k}: {w}" for k, w in
                                                                     calibration.kept.get(g, {}).items()) or "-"}

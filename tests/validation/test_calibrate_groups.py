@@ -1,14 +1,12 @@
 """`kvsim calibrate` per GPU and its client path (issue 37): GPU-side parameters fitted per GPU and never
-carried to another one, CPU terms shared where a GPU's rows are too few, the client path's fixed and
-per-running-sequence parts fitted by least absolute relative TTFT error. Expected numbers are worked out
-by hand beside each assert."""
+carried to another one, CPU terms shared where a GPU's rows are too few, the client path's fixed part
+fitted by least absolute relative TTFT error. Expected numbers are worked out by hand beside each assert."""
 
 import json
 
-import numpy as np
 import pytest
 
-from kvsim.validation.client_path import ClientPath, fit_client, running_at
+from kvsim.validation.client_path import ClientPath, fit_client
 from kvsim.validation.fit import covers_every_request, with_values
 from kvsim.validation.fit_rows import Row, fit_by_gpu
 
@@ -63,25 +61,17 @@ def test_calibrated_profile_takes_its_gpus_values(tmp_path):
     assert prof.for_gpu("H100-80GB").cpu_step_s == 1e-3 and prof.for_gpu("l4").cpu_step_s == 1.6e-4
 
 
-def test_client_fit_recovers_fixed_and_per_sequence_parts_and_ignores_an_outlier():
-    # measured = engine + 3 ms + 3 us x 600 prompt tokens + 75 us x running; one stage near saturation
-    # holds 60 ms more (queueing): least absolute error passes through the other rows exactly
-    rows = [(e + 3e-3 + 1.8e-3 + 75e-6 * n, e, 600.0, n) for e, n in
-            [(0.020, 10), (0.024, 24), (0.041, 19), (0.045, 88), (0.048, 22), (0.047, 47)]]
-    rows.append((0.121, 0.0557 - 0.0, 600.0, 109.0))
+def test_client_fit_is_the_weighted_median_gap_and_ignores_an_outlier():
+    # gaps (measured - engine - 3 us x 600 prompt tokens) 4, 5, 6 and 60 ms (a stage near saturation);
+    # weights 1 / measured TTFT: 1/0.030, 1/0.050, 1/0.060, 1/0.120 -> cumulative 33.3, 53.3, 70.0, 78.3;
+    # half of 78.3 is 39.2, first reached at the second gap: 5 ms
+    rows = [(0.030, 0.030 - 0.004 - 1.8e-3, 600.0), (0.050, 0.050 - 0.005 - 1.8e-3, 600.0),
+            (0.060, 0.060 - 0.006 - 1.8e-3, 600.0), (0.120, 0.120 - 0.060 - 1.8e-3, 600.0)]
     path, why = fit_client(rows, ClientPath())
-    assert path.fixed_s == pytest.approx(3e-3) and path.per_seq_s == pytest.approx(75e-6) and not why
-    # HTTP clients pay it, the engine clock does not: 3 ms + 3 us x 100 + 75 us x 4
-    assert path.seconds(100.0, "inference-perf", 4.0) == pytest.approx(3.6e-3)
-    assert path.seconds(100.0, "vllm-engine", 4.0) == 0.0
+    assert path.fixed_s == pytest.approx(5e-3) and not why
+    assert path.per_prompt_token_s == ClientPath().per_prompt_token_s          # the evidence value kept
     kept, why = fit_client(rows[:1], ClientPath())
     assert kept == ClientPath() and "too few" in why["client_fixed_s"]
-
-
-def test_running_at_arrival_reads_the_last_step_started():
-    # steps at 0, 1, 2 s running 3, 5, 7: arrivals before, at and between them
-    got = running_at(np.array([0.0, 1.0, 2.0]), np.array([3, 5, 7]), np.array([-0.5, 0.0, 1.5, 9.0]))
-    assert got.tolist() == [0.0, 3.0, 5.0, 7.0]
 
 
 def test_only_runs_whose_figures_cover_every_request_are_fitted():
