@@ -65,9 +65,9 @@ class CalibrationResult:
         for gpu, values in self.by_gpu.items():
             kept = self.kept.get(gpu, {})
             lines.append(f" {gpu or 'any other GPU'}:")
-            lines += [f"  {k} = {v:.6g}" + (f"  (kept: {kept[k]})" if k in kept else "") for k, v in values.items()]
+            lines += [f"  {k} = {v:.6g}" + (f"  (not fitted: {kept[k]})" if k in kept else "") for k, v in values.items()]
         c, ck = self.client, self.kept.get("client", {})
-        lines.append(f" client path: client_fixed_s = {c.fixed_s:.6g}" + (f"  (kept: {ck['client_fixed_s']})"
+        lines.append(f" client path: client_fixed_s = {c.fixed_s:.6g}" + (f"  (not fitted: {ck['client_fixed_s']})"
                                                                         if "client_fixed_s" in ck else ""))
         fmt = (lambda d: ", ".join(f"{k} {v:.1f}%" if v is not None else f"{k} -" for k, v in d.items()))
         lines.append(f"median APE, base profile: {fmt(self.default_medians())}")

@@ -135,7 +135,7 @@ def identifiable(rows: list[Row]) -> tuple[list[str], dict[str, str]]:
         elif q == "cpu_seq_s" and np.ptp(col) < 0.1 * max(col.mean(), 1e-9):
             why[q] = "not identifiable: the running batch barely varies across the runs"
         elif len(rows) < 2 * (len(free) + 1):
-            why[q] = f"too few measured stages ({len(rows)}) to fit it as well"
+            why[q] = f"too few measured stages ({len(rows)}): each fitted parameter needs two"
         else:
             free.append(q)
     return free, why

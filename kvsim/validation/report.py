@@ -69,7 +69,9 @@ def sim_to_real_report(replays, calibration, wall: dict):
         "`shared_prefix` as it actually ran: 100 fixed prompts re-sent in a shuffled cycle), the server's "
         "flags, and each metric as the client defines it. Errors are absolute percentage errors of whole-run "
         "means; medians are over the replayed runs. The default profile is fitted to nothing here. The "
-        "leave-one-out column fits `kvsim calibrate`'s parameters on all other runs and predicts the run.")
+        "leave-one-out column fits `kvsim calibrate`'s parameters on all other runs and predicts the run "
+        "(per GPU: a GPU's efficiency and all-reduce latency come from its own other runs only, or stay at "
+        "the evidence values).")
     rep.heading("Medians")
     rep.table("medians", _medians_table(replays), "Median APE (%) per metric: all runs, per GPU, per model.")
     rep.heading("Per run")

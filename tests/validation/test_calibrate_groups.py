@@ -79,3 +79,11 @@ def test_only_runs_whose_figures_cover_every_request_are_fitted():
     mk = (lambda failures: MeasuredRun(name="r", source="s", server={}, workload={}, client="inference-perf",
                                        measured={-1: {"e2e_ms": 1.0, "ttft_ms": 1.0, "failures": failures}}))
     assert covers_every_request(mk(0)) and covers_every_request(mk(None)) and not covers_every_request(mk(4))
+
+
+def test_a_bad_per_gpu_value_in_a_profile_file_is_one_line(tmp_path):
+    from kvsim.cost.profiles import get_profile
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"base": "vllm-v1", **BASE, "by_gpu": {"h100-80gb": {**BASE, "gpu_time_scale": -1}}}))
+    with pytest.raises(ValueError, match="cal.json: bad engine profile: .*gpu_time_scale must be > 0"):
+        get_profile(str(path))
