@@ -133,6 +133,8 @@ class SimConfig:
         multi-sequence requests (vllm-2023); `enforce_eager` adds its kernel launches to the profile's
         CPU time per step. ValueError when an explicit flag contradicts the profile."""
         profile, sched = self.profile(), self.scheduler
+        if getattr(profile, "by_gpu", ()):          # a calibrated profile fitted per GPU: this GPU's values
+            profile = profile.for_gpu(self.deployment.gpu.name)
         cache = replace(self.cache, prefix_caching=prefix_caching_on(self))
         if (self.enforce_eager and EAGER_NOTE not in profile.source       # (once: resolving is idempotent)
                 and profile.time_model != "vllm-v1"):      # (the V1 time model launches eagerly itself)
