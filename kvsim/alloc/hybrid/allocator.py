@@ -18,9 +18,10 @@ cached blocks (least recently freed first), so block ids equal vLLM's minus one 
 Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, never used: id
 >= `_top`, or evictable) or held; without prefix caching a held block is in exactly one (sequence, group)
 entry, with it in as many entries of one group as its reference count (hits share full blocks); the
-nulls of a table are a prefix; a table has `entries_for(tokens)` entries; the counters `_sum_tokens`,
-`_held`, `_nulls`, `_reach`, `_dup` equal their sums over live sequences. Refused with ValueError: more
-than one sequence per request (forks: parallel samples, beams), prefix caching with a Mamba group.
+nulls of a table are a prefix (a Mamba group in align mode may also hold nulls between its two state
+blocks: kvsim/alloc/hybrid/mamba.py); a table has `entries_for(tokens)` entries; the counters `_sum_tokens`,
+`_held`, `_nulls` (null entries), `_reach`, `_dup` equal their sums over live sequences. Refused with
+ValueError: more than one sequence per request (forks: parallel samples, beams).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Sequence
 from kvsim.alloc.base import AllocationError
 from kvsim.alloc.paged.prefix import PrefixCache
 from kvsim.alloc.hybrid.accounting import HybridAccounting
-from kvsim.alloc.hybrid.groups import NULL_BLOCK, GroupSpec, make_rules
+from kvsim.alloc.hybrid.groups import NEVER, NULL_BLOCK, GroupSpec, make_rules
+from kvsim.alloc.hybrid.mamba import HybridMamba
 from kvsim.alloc.hybrid.prefix import HybridPrefix
 from kvsim.alloc.hybrid.retention import DEFAULT_RETENTION
 from kvsim.alloc.hybrid.ticks import HybridTicks
@@ -56,17 +58,19 @@ class _Seq:
     due: int = -1             # ticking: the tick of its next event
     key: int = 0              # ticking: its place in the order sequences started ticking
     marks: tuple = ()         # prefix caching: its reachable token boundaries (retention.py)
+    junction: int = 0         # prefix caching: vLLM's shared_prefix_boundary at its admission (0: none)
 
 
-class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows):
+class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows, HybridMamba):
     """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
 
     `groups`: the KV cache groups in vLLM's order. `max_model_len` and `max_in_flight_tokens` (vLLM's
     `VllmConfig.max_in_flight_tokens`: concurrent batches x max_num_batched_tokens) set the sliding and
     chunked groups' admission cap. `prefill_chunk_tokens`: the most tokens a first allocation takes
     (None: a whole prompt), which bounds `peak_slots`. `prefix_caching`: vLLM's automatic prefix caching
-    (prefix.py), sliding groups thinned by `retention_interval` (vLLM's --prefix-cache-retention-interval:
-    0, a multiple of block_size, or None; retention.py)."""
+    (prefix.py; Mamba groups then in vLLM's "align" mode, mamba.py), sliding and Mamba groups thinned by
+    `retention_interval` (vLLM's --prefix-cache-retention-interval: 0, a multiple of block_size, or None;
+    retention.py)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[GroupSpec], max_model_len: int,
                  max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
@@ -78,19 +82,16 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if max_model_len < 1 or max_in_flight_tokens < 1:
             raise ValueError(f"max_model_len and max_in_flight_tokens must be >= 1, "
                              f"got {max_model_len} and {max_in_flight_tokens}")
-        if prefix_caching and any(g.kind == "mamba" for g in groups):
-            raise ValueError("prefix caching with a Mamba group is not modelled (vLLM needs its 'align' "
-                             "Mamba cache mode for it); run without prefix caching")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.capacity_tokens = num_blocks * block_size
         self.groups = tuple(groups)
-        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens) for g in groups]
+        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens, prefix_caching) for g in groups]
         self.prefill_chunk_tokens = prefill_chunk_tokens
         # decode steps free blocks (a sliding or chunked group): a waiting request may fit after any
         # step, so the scheduler runs no fast-forward window while one waits (Scheduler.steady_decodes)
-        self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
-        self._dropping = [(g, r) for g, r in enumerate(self.rules) if self.groups[g].kind in ("sliding", "chunked")]
-        self._taking = [(g, r) for g, r in enumerate(self.rules) if not r.state_block]   # (hot-loop subsets)
+        self._dropping = [(g, r) for g, r in enumerate(self.rules) if r.next_drop(0) < NEVER]
+        self.frees_while_decoding = bool(self._dropping)
+        self._taking = [(g, r) for g, r in enumerate(self.rules) if r.takes]   # (hot-loop subsets)
         # the decode fast path's views: groups taking entries (`FullRules.next_take`), bound `next_drop`s
         self._take_ids = [g for g, _ in self._taking]
         self._drop_next = [(g, r.next_drop) for g, r in self._dropping]
@@ -110,6 +111,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self._sparse = self._sparse_groups(retention_interval, prefix_caching)
         self._clock = self._ticking = self._joins = 0      # lazy decode ticks (HybridTicks)
         self._due, self._pending = {}, None    # tick -> [(join key, sequence)]; a tick left half done
+        self._fresh = set()
+        self._mamba_init()
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -124,31 +127,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         for g, rules in self._taking:
             more = rules.entries_for(new) - len(tables[g])
             if more > 0:
-                need += more
+                need += 1 if rules.one_block else more
         return need
-
-    def _drop_skipped(self, seq: _Seq) -> None:
-        """Null and free the leading entries of `seq`'s tables that no later token reads (vLLM's
-        `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
-        freed blocks, newest first, go to the front of the free queue."""
-        computed = seq.tokens
-        for g, rules in self._dropping:
-            skip = rules.skipped_entries(computed)
-            z = seq.nulls[g]
-            if skip > z:
-                table = seq.tables[g]
-                skip = min(skip, len(table))
-                dropped = table[z:skip]
-                table[z:skip] = [NULL_BLOCK] * len(dropped)
-                if self._cache is None:
-                    self._free.extendleft(dropped)   # (so the front reads dropped[-1], ..., dropped[0])
-                else:
-                    self._release(g, dropped[::-1])
-                self._held[g] -= len(dropped)
-                self._nulls[g] += len(dropped)
-                self._freed[g] += len(dropped)
-                seq.nulls[g] = skip
-        # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
 
     # ---- allocate / grow / free ----------------------------------------------------------------
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
@@ -185,13 +165,13 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final)
         if hits is not None:
             seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
+            seq.junction = self._junction
             self._adopt_hits(seq, hit, hits, num_tokens)
         for g, rules in enumerate(self.rules):
             table = seq.tables[g]
             more = rules.entries_for(hold) - len(table)
             if more > 0:
-                table.extend(self._take(more))
-                self._held[g] += more
+                self._extend(table, g, rules, more)
             self._reach[g] += min(final, len(table) * bs)
         self._sum_tokens += hold
         if hits is not None:
@@ -252,8 +232,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
             entries = len(table)
             more = rules.entries_for(new) - entries
             if more > 0:
-                table.extend(self._take(more))
-                self._held[g] += more
+                self._extend(table, g, rules, more)
             if more > 0 or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
         seq.tokens, seq.final = new, final
@@ -273,6 +252,9 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         bs = self.block_size
         for g, table in enumerate(seq.tables):
             held = table[seq.nulls[g]:]
+            if self.rules[g].one_block:
+                held = [b for b in held if b != NULL_BLOCK]
+                self._nulls[g] -= len(table) - seq.nulls[g] - len(held)
             if self._cache is None:
                 self._free.extendleft(held)
             else:

@@ -43,6 +43,9 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
         """Plan the next step and allocate its memory; None when there is nothing to run. With
         `separate_prefill` (vLLM v0) a step that admits prompts runs only them; the running requests
         decode in the next step that admits none."""
+        new_step = getattr(self.alloc, "new_step", None)    # (hybrid, Mamba prefix caching)
+        if new_step is not None:
+            new_step()
         if self.cfg.separate_prefill and self.waiting and not self.swapped:
             plan = StepPlan()
             self._admit(plan, self.cfg.max_batched_tokens, now)
@@ -177,10 +180,16 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
         if not self.cfg.chunked_prefill or (len(self._since) == len(self.running) if self._lazy
                                             else not any(map(prefill_left.__getitem__, self.running))):
             return budget, False        # (unchunked prefills finish in the step that admits them)
+        clip = getattr(self.alloc, "clip_chunk", None)     # (hybrid, Mamba prefix caching)
         for i in list(self.running):
             if not self.prefill_left[i] or budget <= 0 or i not in self.running:
                 continue
             chunk = min(self.prefill_left[i], budget)
+            if clip is not None:
+                chunk = clip(self.seq_ids(i)[0], self.kv_len[i] - self.prefill_left[i], chunk, self.prompt[i], self.kv_len[i],
+                             self.cfg.max_batched_tokens)
+                if not chunk:
+                    continue    # (vLLM: no block-aligned chunk fits the budget; the next request goes on)
             if self.n[i] == 1:
                 seq = self.seq_ids(i)[0]
                 while not self.alloc.can_append(seq, chunk):
@@ -193,7 +202,7 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
                 if i not in self.running:
                     break
                 plan.copies.extend(self.alloc.append(seq, chunk))
-            budget -= self._prefill_chunk(i, plan, budget)
+            budget -= self._prefill_chunk(i, plan, chunk)
         return budget, preempted
 
     def _unplan(self, i: int, plan: StepPlan) -> None:
