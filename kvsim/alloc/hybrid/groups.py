@@ -219,9 +219,6 @@ class MambaAlignRules(FullRules):
     def next_drop(self, nulls: int) -> int:
         return (nulls + 1) * self.block_size + 1
 
-    def admission_blocks(self, num_tokens: int) -> int:
-        return 1
-
     def find_hit(self, lookup, max_length: int) -> tuple[list, int]:
         for k in range(max_length // self.block_size - 1, -1, -1):
             found = lookup(k)
