@@ -31,6 +31,8 @@ class HybridMamba:
         align = any(r.one_block for r in self.rules)
         self.clip_chunk = self._clip_chunk if align else None
         self.new_step = self._fresh.clear if align else None
+        if align:
+            self.can_tick = False     # (the scheduler runs vLLM's running loop in order: no lazy decode ticks)
 
     _fresh: set   # align mode: the (hash, group) keys of Mamba states cached during the current step
 

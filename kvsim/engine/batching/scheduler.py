@@ -20,6 +20,7 @@ from __future__ import annotations
 from kvsim.alloc.base import MemoryStats
 from kvsim.alloc.contiguous.allocator import ContiguousAllocator
 from kvsim.engine.batching.admission import Admission
+from kvsim.engine.batching.in_order import InOrderRunning
 from kvsim.engine.batching.lazy_decode import LazyDecodes
 from kvsim.engine.batching.preemption import Preemption
 from kvsim.engine.batching.request_state import SchedulerBase
@@ -28,7 +29,7 @@ from kvsim.engine.step import LIMITS, StepPlan
 _KV = LIMITS.index("kv_memory")
 
 
-class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
+class Scheduler(LazyDecodes, Admission, InOrderRunning, Preemption, SchedulerBase):
     """FCFS continuous batching of a trace's requests over one allocator (decode steps of one-sequence
     requests lazily where the allocator can: kvsim/engine/batching/lazy_decode.py)."""
 
@@ -57,9 +58,13 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
                 plan = StepPlan()
         else:
             plan = StepPlan()
-        preempted = self._grow_running(plan)
-        budget = self.cfg.max_batched_tokens - plan.decode_seqs
-        if self.cfg.chunked_prefill:
+        clip = getattr(self.alloc, "clip_chunk", None)
+        if clip is not None:                # (Mamba prefix caching: vLLM's running loop, in order)
+            budget, preempted = self._run_in_order(plan, clip)
+        else:
+            preempted = self._grow_running(plan)
+            budget = self.cfg.max_batched_tokens - plan.decode_seqs
+        if self.cfg.chunked_prefill and clip is None:
             budget, preempted_chunk = self._continue_prefills(plan, budget)
             preempted = preempted or preempted_chunk
         if preempted or self.swapped:      # vLLM v0: no new prompt while any sequence is swapped out
@@ -180,16 +185,10 @@ class Scheduler(LazyDecodes, Admission, Preemption, SchedulerBase):
         if not self.cfg.chunked_prefill or (len(self._since) == len(self.running) if self._lazy
                                             else not any(map(prefill_left.__getitem__, self.running))):
             return budget, False        # (unchunked prefills finish in the step that admits them)
-        clip = getattr(self.alloc, "clip_chunk", None)     # (hybrid, Mamba prefix caching)
         for i in list(self.running):
             if not self.prefill_left[i] or budget <= 0 or i not in self.running:
                 continue
             chunk = min(self.prefill_left[i], budget)
-            if clip is not None:
-                chunk = clip(self.seq_ids(i)[0], self.kv_len[i] - self.prefill_left[i], chunk, self.prompt[i], self.kv_len[i],
-                             self.cfg.max_batched_tokens)
-                if not chunk:
-                    continue    # (vLLM: no block-aligned chunk fits the budget; the next request goes on)
             if self.n[i] == 1:
                 seq = self.seq_ids(i)[0]
                 while not self.alloc.can_append(seq, chunk):
