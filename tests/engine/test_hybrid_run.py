@@ -65,8 +65,9 @@ def test_build_run_follows_vllms_plan(model, flags, kind, groups):
 
 
 def test_what_the_hybrid_allocator_cannot_do_is_one_line(tmp_path):
-    """Parallel samples / beams, and prefix caching with Mamba groups, are refused in one line (exit 2);
-    prefix caching over sliding and full groups runs."""
+    """Parallel samples / beams are refused in one line (exit 2), and prefix caching with Mamba groups
+    under Jenga's allocator; prefix caching over sliding and full groups runs, and with Mamba groups under
+    vLLM's hybrid manager (its "align" mode: kvsim/alloc/hybrid/mamba.py)."""
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     one.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
     two.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5, "n": 2}\n')
@@ -75,7 +76,10 @@ def test_what_the_hybrid_allocator_cannot_do_is_one_line(tmp_path):
     assert res.exit_code == 2 and "one sequence per request" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["run", str(one), "--model", "qwen3-next-80b-a3b", "--tp", "4", *base,
                                    "--prefix-caching"])
-    assert res.exit_code == 2 and "prefix caching with a Mamba group" in res.output
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["run", str(one), "--model", "qwen3-next-80b-a3b", "--tp", "4", *base,
+                                   "--prefix-caching", "--allocator", "jenga", "--kv-gib", "20"])
+    assert res.exit_code == 2 and "prefix caching with a Mamba group" in res.output and "Traceback" not in res.output
     for extra in (["--prefix-caching"], ["--prefix-caching", "--no-hybrid-kv-cache"], []):
         res = CliRunner().invoke(app, ["run", str(two if not extra else one), "--model", "gpt-oss-20b", *base,
                                        *extra, *(["--no-hybrid-kv-cache"] if not extra else [])])
