@@ -157,3 +157,17 @@ def test_run_prints_a_row_per_kv_cache_group(tmp_path):
                                    "--num-blocks", "1000", "--max-model-len", "4096"])
     assert res.exit_code == 0, res.output
     assert "KV group sliding W128" in res.output and "KV group full" in res.output
+
+
+def test_prefix_caching_is_on_by_default_for_mamba_hybrids_as_in_vllm():
+    """vLLM 0.33 turns prefix caching on for generative hybrid models (`is_prefix_caching_supported`),
+    Mamba layers in its "align" mode; kvsim follows under the default profile, but not under Jenga's
+    allocator (which does not model align mode), nor when the flag or the profile says off."""
+    from kvsim.engine.config import prefix_caching_on
+    from kvsim.planning.runs import make_config
+    qwen = dict(model="qwen3-next-80b-a3b", gpu="h200", tp=2)
+    assert prefix_caching_on(make_config(**qwen))
+    assert not prefix_caching_on(make_config(**qwen, allocator="jenga", kv_gib=20.0))
+    assert not prefix_caching_on(make_config(**qwen, prefix_caching=False))
+    assert not prefix_caching_on(make_config(**qwen, engine_profile="vllm-2023"))
+    assert prefix_caching_on(make_config(model="gpt-oss-20b", gpu="h200", allocator="jenga", kv_gib=20.0))
