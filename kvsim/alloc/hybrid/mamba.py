@@ -13,8 +13,13 @@ kvsim scheduler asks when the allocator has it). A state cached in the current s
 the same step (`MambaManager.get_num_blocks_to_allocate` asks for more blocks than the pool has: the
 request waits for the next step; `new_step` marks a step's start).
 
-Not modelled (vLLM's defaults leave them off): EAGLE / MTP blocks, hash blocks finer than the Mamba block
-(partial-tail hits), prefill checkpoint blocks, `--enable-mamba-shared-prefix-checkpoint`,
+This is vLLM's path for Mamba layers that cannot export a state from inside a prefill chunk (Mamba-1
+mixers; Qwen3-Next's gated delta net on its Triton prefill kernel, as on A100). Not modelled: layers that
+can (`MambaSpec.num_prefill_checkpoint_blocks` = 1: vLLM's Mamba-2 mixer, e.g. Nemotron-H, and the gated
+delta net on FlashInfer's prefill kernel, Hopper's default): vLLM then keeps a prompt's last chunk whole
+(`is_mamba_prefill_checkpoint_valid`) and reserves a second Mamba block for the checkpoint inside it, where
+kvsim cuts the chunk and reserves one. Nor (off by default in vLLM): EAGLE / MTP blocks, hash blocks finer
+than the Mamba block (partial-tail hits), `--enable-mamba-shared-prefix-checkpoint`,
 `--long-prefill-token-threshold`.
 """
 
