@@ -13,6 +13,10 @@ Mamba, each in vLLM's group order (groups of one spec together, by first appeara
 kvsim/specs/kv_groups.py orders them too: the order decides which freed blocks are reused first); retention 0 (vLLM's default), 16 (every 4th block's state kept) and none; pools small enough to
 preempt. Block 16, budget 2048: full + Mamba and Qwen3-Next-like over four 200-600-token prefixes.
 
+Then the same full + Mamba and Qwen3-Next-like cases with Mamba layers that export a state from inside a
+prefill chunk ("mamba_checkpoints": vLLM's Mamba-2 mixer, or the gated delta net on FlashInfer's prefill
+kernel): vLLM keeps a prompt's last chunk whole and holds a checkpoint block beside the running state.
+
 Golden: tests/data/hybrid_oracle/mamba_vllm_0.33.json.gz (`python tests/vllm/test_hybrid_mamba_oracle.py`
 regenerates it with the oracle venv); live: `--long` reruns vLLM and must reproduce it.
 """
@@ -59,6 +63,9 @@ def cases() -> list[dict]:
                 "prompts": big, "retention": retention}
     out += [realistic(groups, nb, r) for groups, nb in (([FULL, MAMBA], 300), ([MAMBA] * 3 + [FULL], 400))
             for r in (0, 256, "none")]
+    # Mamba layers that export a state from inside a prefill chunk (vLLM's Mamba-2 spec: one prefill
+    # checkpoint block): full + Mamba and Qwen3-Next-like, both sizes, every retention
+    out += [{**c, "mamba_checkpoints": True} for c in out if c["groups"] in ([FULL, MAMBA], [MAMBA] * 3 + [FULL])]
     return out
 
 

@@ -59,6 +59,7 @@ class _Seq:
     key: int = 0              # ticking: its place in the order sequences started ticking
     marks: tuple = ()         # prefix caching: its reachable token boundaries (retention.py)
     junction: int = 0         # prefix caching: vLLM's shared_prefix_boundary at its admission (0: none)
+    prefill_end: int = 0      # align-mode Mamba: vLLM's prefill end (mamba.py `_prefill_end`)
 
 
 class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows, HybridMamba):
@@ -74,7 +75,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[GroupSpec], max_model_len: int,
                  max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
-                 prefix_caching: bool = False, retention_interval: int | None = DEFAULT_RETENTION) -> None:
+                 prefix_caching: bool = False, retention_interval: int | None = DEFAULT_RETENTION,
+                 mamba_checkpoints: bool = False) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks} and {block_size}")
         if not groups or not all(isinstance(g, GroupSpec) for g in groups):
@@ -111,7 +113,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self._sparse = self._sparse_groups(retention_interval, prefix_caching)
         self._clock = self._ticking = self._joins = 0      # lazy decode ticks (HybridTicks)
         self._due, self._pending = {}, None    # tick -> [(join key, sequence)]; a tick left half done
-        self._fresh = set()
+        self._fresh, self.mamba_checkpoints = set(), mamba_checkpoints
         self._mamba_init()
 
     # ---- queries -------------------------------------------------------------------------------
@@ -127,7 +129,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         for g, rules in self._taking:
             more = rules.entries_for(new) - len(tables[g])
             if more > 0:
-                need += 1 if rules.one_block else more
+                need += (2 if self._checkpoint(seq.tokens, new, seq.prefill_end) else 1) if rules.one_block else more
         return need
 
     # ---- allocate / grow / free ----------------------------------------------------------------
@@ -139,7 +141,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if self._cache is None:
             return sum(r.admission_blocks(num_tokens) for r in self.rules) <= self.num_free_blocks
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
-        return self._blocks_to_allocate(num_tokens, hit, tables, True) <= self.num_free_blocks
+        return self._blocks_to_allocate(num_tokens, hit, tables, True, seq_id, num_tokens) <= self.num_free_blocks
 
     def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
                  seq_id: int | None = None) -> bool:
@@ -149,7 +151,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if self._cache is None:
             return sum(r.entries_for(hold_tokens) for r in self.rules) <= self.num_free_blocks
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
-        return self._blocks_to_allocate(max(hold_tokens, hit), hit, tables, False) <= self.num_free_blocks
+        return (self._blocks_to_allocate(max(hold_tokens, hit), hit, tables, False, seq_id, num_tokens)
+                <= self.num_free_blocks)
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
                  block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
@@ -158,20 +161,21 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         the rest come by `append`. Returns the tokens the prefix cache served."""
         hit, hits, hold = self._admit(seq_id, num_tokens, block_hashes, hold_tokens)
         ng = len(self.rules)
-        need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False)
+        need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False, seq_id, num_tokens)
         if need > self.num_free_blocks:
             raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
         final, bs = max(final_tokens, num_tokens), self.block_size
         seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final)
         if hits is not None:
             seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
-            seq.junction = self._junction
+            seq.junction, seq.prefill_end = self._junction, self._prefill_end(seq_id, num_tokens)
             self._adopt_hits(seq, hit, hits, num_tokens)
+        ckpt = self._checkpoint(hit, hold, seq.prefill_end)
         for g, rules in enumerate(self.rules):
             table = seq.tables[g]
             more = rules.entries_for(hold) - len(table)
             if more > 0:
-                self._extend(table, g, rules, more)
+                self._extend(table, g, rules, more, ckpt)
             self._reach[g] += min(final, len(table) * bs)
         self._sum_tokens += hold
         if hits is not None:
@@ -227,12 +231,13 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         """Take the blocks of `num_tokens` more tokens in every group (after `_drop_skipped`)."""
         bs, new = self.block_size, seq.tokens + num_tokens
         final = max(seq.final, new)
+        ckpt = num_tokens > 1 and self._checkpoint(seq.tokens, new, seq.prefill_end)
         for g, rules in (self._taking if final == seq.final else enumerate(self.rules)):
             table = seq.tables[g]
             entries = len(table)
             more = rules.entries_for(new) - entries
             if more > 0:
-                self._extend(table, g, rules, more)
+                self._extend(table, g, rules, more, ckpt)
             if more > 0 or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
         seq.tokens, seq.final = new, final

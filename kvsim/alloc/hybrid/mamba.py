@@ -41,15 +41,35 @@ class HybridMamba:
 
     _fresh: set   # align mode: the (hash, group) keys of Mamba states cached during the current step
 
-    def _extend(self, table: list[int], g: int, rules, more: int) -> None:
+    mamba_checkpoints = False   # Mamba layers export a state from inside a prefill chunk (Mamba-2's spec)
+
+    def _extend(self, table: list[int], g: int, rules, more: int, ckpt: bool = False) -> None:
         """Grow group `g`'s `table` by `more` (> 0) entries: blocks from the pool, or (a Mamba group in
-        align mode) nulls then one block at the last entry."""
+        align mode) nulls then one block at the last entry, two with a prefill checkpoint (`ckpt`)."""
         if rules.one_block:
-            table.extend([NULL_BLOCK] * (more - 1))
-            self._nulls[g] += more - 1
-            more = 1
+            real = 2 if ckpt else 1
+            table.extend([NULL_BLOCK] * (more - real))
+            self._nulls[g] += more - real
+            more = real
         table.extend(self._take(more))
         self._held[g] += more
+
+    def _checkpoint(self, start: int, end: int, prefill_end: int) -> bool:
+        """Whether a growth from `start` to `end` computed tokens holds a prefill checkpoint block (vLLM's
+        `MambaManager._needs_internal_checkpoint` with `is_mamba_prefill_checkpoint_valid`, alignment 1;
+        `prefill_end` counts only at retention 0, as `KVCacheCoordinator.get_num_blocks_to_allocate`)."""
+        if not self.mamba_checkpoints or (self.retention_interval == 0 and end < prefill_end):
+            return False
+        bs = self.block_size
+        ckpt = max((end - 1) // bs * bs, 0)
+        return (start % bs == 0 and -(-end // bs) - 2 > (start - 1) // bs and start + bs <= ckpt
+                and start < ckpt < end)
+
+    def _prefill_end(self, seq_id, num_tokens: int) -> int:
+        """vLLM's prefill end of a request admitted with `num_tokens` (max(prompt, tokens - 1): a recompute
+        replays its outputs); its prompt is its first admission's tokens."""
+        prompt = self._prompts.get(seq_id)
+        return num_tokens if prompt is None else max(prompt, num_tokens - 1)
 
     def _fresh_hit(self, tables: list[list[int]]) -> bool:
         """Whether a Mamba hit's state block was cached in this step (vLLM defers such a request)."""
@@ -68,12 +88,18 @@ class HybridMamba:
             return chunk
         bs, end = self.block_size, start + chunk
         last_cache = (num_tokens - 1) // bs * bs
+        ckpt = max((prefill_end - 1) // bs * bs, 0)     # (the scheduler's checkpoint: at its prefill end)
+        internal = (self.mamba_checkpoints and end >= prefill_end and start % bs == 0
+                    and -(-end // bs) - 2 > (start - 1) // bs and start + bs <= ckpt and start < ckpt < end)
+        if internal:
+            last_cache = 0              # (the chunk exports it from inside: no cut at the last boundary)
         if end < prefill_end:
             aligned = end // bs * bs
             if aligned > start or bs <= max_chunk:
                 end = aligned
         junction = self._junction if seq_id is None else self._seq(seq_id).junction
         floored = start + (junction - start) // bs * bs
-        stops = (start // bs * bs + bs if start % bs else 0, last_cache, floored if start < junction < end else 0)
+        stops = (start // bs * bs + bs if start % bs and not internal else 0, last_cache,
+                 floored if start < junction < end else 0)
         end = min((s for s in stops if start < s < end), default=end)
         return max(end - start, 0)

@@ -121,18 +121,21 @@ class HybridPrefix:
         """Leading tokens of a new sequence of `num_tokens` the prefix cache serves now (0 without one)."""
         return 0 if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)[0]
 
-    def _blocks_to_allocate(self, num_tokens: int, hit: int, tables: list[list[int]], capped: bool) -> int:
+    def _blocks_to_allocate(self, num_tokens: int, hit: int, tables: list[list[int]], capped: bool,
+                            seq_id: int | None = None, full: int = 0) -> int:
         """Blocks a new sequence with these hits takes from the free blocks to hold `num_tokens` (vLLM's
         `get_num_blocks_to_allocate` summed over groups): new blocks past its hits and skipped head, plus
-        the hit blocks now evictable (a hit takes them out of the free queue)."""
+        the hit blocks now evictable (a hit takes them out of the free queue). `seq_id`, `full`: the
+        sequence and its tokens (align-mode Mamba's prefill checkpoint depends on them)."""
         total, evictable = 0, self._cache.is_evictable if self._cache is not None else None
         if self._fresh and self._fresh_hit(tables):
             return self.num_blocks + 1          # (vLLM: num_gpu_blocks + 1, so the request waits a step)
+        one = 2 if self._checkpoint(hit, num_tokens, self._prefill_end(seq_id, full)) else 1
         for rules, found in zip(self.rules, tables):
             need = rules.admission_blocks(num_tokens) if capped else rules.entries_for(num_tokens)
             skipped = rules.skipped_entries(hit)
             more = need - max(skipped, len(found))
-            total += (1 if rules.one_block else more) if more > 0 else 0
+            total += (one if rules.one_block else more) if more > 0 else 0
             if evictable is not None:
                 total += sum(1 for b in found[skipped:] if b != NULL_BLOCK and evictable(b))
         return total
