@@ -171,3 +171,18 @@ def test_prefix_caching_is_on_by_default_for_mamba_hybrids_as_in_vllm():
     assert not prefix_caching_on(make_config(**qwen, prefix_caching=False))
     assert not prefix_caching_on(make_config(**qwen, engine_profile="vllm-2023"))
     assert prefix_caching_on(make_config(model="gpt-oss-20b", gpu="h200", allocator="jenga", kv_gib=20.0))
+
+
+def test_mamba2_layers_export_prefill_checkpoints():
+    """vLLM's Mamba-2 mixer declares prefill checkpoint blocks; Mamba-1 (Jamba) and the gated delta net
+    (Qwen3-Next, kvsim's A100 path) do not (kvsim/alloc/hybrid/mamba.py)."""
+    from pathlib import Path
+
+    from kvsim.engine.build import mamba_checkpoints
+    from kvsim.specs import get_model
+    from kvsim.specs.hf.config import load_hf_config
+    assert mamba_checkpoints(get_model("nemotron-h-8b"))
+    assert not mamba_checkpoints(get_model("qwen3-next-80b-a3b"))
+    jamba = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "jamba-v0.1.json"
+    assert not mamba_checkpoints(load_hf_config(jamba))
+    assert not mamba_checkpoints(get_model("gpt-oss-20b"))

@@ -13,14 +13,17 @@ kvsim scheduler asks when the allocator has it). A state cached in the current s
 the same step (`MambaManager.get_num_blocks_to_allocate` asks for more blocks than the pool has: the
 request waits for the next step; `new_step` marks a step's start).
 
-This is vLLM's path for Mamba layers that cannot export a state from inside a prefill chunk (Mamba-1
-mixers; Qwen3-Next's gated delta net on its Triton prefill kernel, as on A100). Not modelled: layers that
-can (`MambaSpec.num_prefill_checkpoint_blocks` = 1: vLLM's Mamba-2 mixer, e.g. Nemotron-H, and the gated
-delta net on FlashInfer's prefill kernel, Hopper's default): vLLM then keeps a prompt's last chunk whole
-(`is_mamba_prefill_checkpoint_valid`) and reserves a second Mamba block for the checkpoint inside it, where
-kvsim cuts the chunk and reserves one. Nor (off by default in vLLM): EAGLE / MTP blocks, hash blocks finer
-than the Mamba block (partial-tail hits), `--enable-mamba-shared-prefix-checkpoint`,
-`--long-prefill-token-threshold`.
+Mamba layers that export a state from inside a prefill chunk (`mamba_checkpoints`: vLLM's Mamba-2 mixer
+declares one prefill checkpoint block, alignment 1, `MambaMixer2.get_kv_cache_spec`) change two things: the
+scheduler keeps a prompt's last chunk whole when the checkpoint at its last block boundary falls inside it
+(`is_mamba_prefill_checkpoint_valid`), and a growth that holds such a checkpoint takes two blocks, the
+checkpoint's entry and the running state's (`_needs_internal_checkpoint`; at retention 0 only the chunk
+reaching the prefill end, else every chunk spanning two blocks). Mamba-1 mixers (Jamba) and the gated delta
+net on its Triton prefill kernel (Qwen3-Next on A100) export none. Not modelled: the gated delta net on
+FlashInfer's prefill kernel (vLLM's default on Hopper), whose checkpoints also need 64-token aligned blocks
+(it then raises the block size to a multiple of 64); EAGLE / MTP blocks, hash blocks finer than the Mamba
+block (partial-tail hits), `--enable-mamba-shared-prefix-checkpoint`, `--long-prefill-token-threshold`
+(off by default in vLLM).
 """
 
 from __future__ import annotations
