@@ -87,7 +87,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self.num_blocks, self.block_size = num_blocks, block_size
         self.capacity_tokens = num_blocks * block_size
         self.groups = tuple(groups)
-        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens, prefix_caching) for g in groups]
+        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens, prefix_caching,
+                                 mamba_checkpoints) for g in groups]
         self.prefill_chunk_tokens = prefill_chunk_tokens
         # decode steps free blocks (a sliding or chunked group): a waiting request may fit after any
         # step, so the scheduler runs no fast-forward window while one waits (Scheduler.steady_decodes)

@@ -210,6 +210,10 @@ class MambaAlignRules(FullRules):
     one_block = True
     window = 2          # (its skip, (C - 1) // block_size, is a sliding window of 2 tokens': ticks.py)
 
+    def __init__(self, block_size: int, checkpoints: bool = False) -> None:
+        super().__init__(block_size)
+        self.peak = 3 if checkpoints else 2     # (a prefill checkpoint: one more beside the two states)
+
     def skipped_entries(self, computed: int) -> int:
         return (computed - 1) // self.block_size if computed > 0 else 0
 
@@ -227,13 +231,14 @@ class MambaAlignRules(FullRules):
         return [], 0
 
     def peak_blocks(self, num_tokens: int, final_tokens: int, first_tokens: int) -> int:
-        return 2
+        return self.peak
 
 
 def make_rules(spec: GroupSpec, block_size: int, max_model_len: int, max_in_flight_tokens: int,
-               align: bool = False) -> FullRules:
+               align: bool = False, checkpoints: bool = False) -> FullRules:
     """The rules of group `spec`, with vLLM's per-request admission cap for the recycling kinds; `align`:
-    a Mamba group in vLLM's "align" cache mode (prefix caching on)."""
+    a Mamba group in vLLM's "align" cache mode (prefix caching on), `checkpoints` with prefill
+    checkpoint blocks (kvsim/alloc/hybrid/mamba.py)."""
     cdiv = lambda a: -(-a // block_size)   # noqa: E731
     if spec.kind == "sliding":
         cap = cdiv(min(spec.window - 1 + max_in_flight_tokens, max_model_len)) + 1
@@ -241,5 +246,5 @@ def make_rules(spec: GroupSpec, block_size: int, max_model_len: int, max_in_flig
     if spec.kind == "chunked":
         return ChunkedRules(block_size, spec.chunk, cdiv(min(spec.chunk + max_in_flight_tokens, max_model_len)))
     if spec.kind == "mamba":
-        return MambaAlignRules(block_size) if align else MambaRules(block_size)
+        return MambaAlignRules(block_size, checkpoints) if align else MambaRules(block_size)
     return FullRules(block_size)
