@@ -17,7 +17,7 @@ from kvsim.cost.roofline import CostModel
 from kvsim.cost.profiles import EngineProfile
 from kvsim.cost.select import cost_model
 from kvsim.engine.batching.scheduler import Scheduler
-from kvsim.specs.kv_groups import KVCachePlan
+from kvsim.specs.kv_groups import KVCachePlan, exports_prefill_checkpoints
 from kvsim.specs.model import GIB
 from kvsim.engine.batching.static import StaticScheduler
 from kvsim.trace.table import Trace
@@ -153,17 +153,7 @@ def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
                           max_in_flight_tokens=concurrent_batches(cfg) * sched.max_batched_tokens,
                           prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None,
                           retention_interval=cache.prefix_cache_retention_interval,
-                          mamba_checkpoints=mamba_checkpoints(cfg.deployment.model))
-
-
-def mamba_checkpoints(model) -> bool:
-    """Whether every Mamba layer of `model` exports a state from inside a prefill chunk, as vLLM 0.33's
-    Mamba-2 mixer declares (`MambaMixer2.get_kv_cache_spec`: one prefill checkpoint block; `n_groups` >=
-    1 marks Mamba-2 state shapes); vLLM takes such checkpoints only when every Mamba layer can
-    (`get_mamba_prefill_checkpoint_alignment`). Not Mamba-1 (Jamba), nor the gated delta net (Qwen3-Next),
-    whose checkpoints need FlashInfer's prefill kernel (kvsim/alloc/hybrid/mamba.py)."""
-    states = [g.state for g in model.groups if g.kind == "mamba"]
-    return bool(states) and all(s.n_groups > 0 for s in states)
+                          mamba_checkpoints=exports_prefill_checkpoints(cfg.deployment.model))
 
 
 def jenga_allocator(cfg: SimConfig):

@@ -178,7 +178,7 @@ def test_mamba2_layers_export_prefill_checkpoints():
     (Qwen3-Next, kvsim's A100 path) do not (kvsim/alloc/hybrid/mamba.py)."""
     from pathlib import Path
 
-    from kvsim.engine.build import mamba_checkpoints
+    from kvsim.specs.kv_groups import exports_prefill_checkpoints as mamba_checkpoints
     from kvsim.specs import get_model
     from kvsim.specs.hf.config import load_hf_config
     assert mamba_checkpoints(get_model("nemotron-h-8b"))
