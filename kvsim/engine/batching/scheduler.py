@@ -201,7 +201,7 @@ class Scheduler(LazyDecodes, Admission, InOrderRunning, Preemption, SchedulerBas
                 if i not in self.running:
                     break
                 plan.copies.extend(self.alloc.append(seq, chunk))
-            budget -= self._prefill_chunk(i, plan, chunk)
+            budget -= self._prefill_chunk(i, plan, budget)
         return budget, preempted
 
     def _unplan(self, i: int, plan: StepPlan) -> None:
