@@ -185,12 +185,15 @@ def eager_launch_s(deployment: Deployment) -> float:
 
 def prefix_caching_on(cfg: SimConfig) -> bool:
     """Whether the run caches prompt prefixes: `--enable-prefix-caching` when given, else the engine
-    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous,
-    nor for a model with Mamba layers (vLLM needs its 'align' Mamba cache mode for that, not modelled)."""
+    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous.
+    vLLM 0.33 turns it on for generative hybrid models too (`ModelConfig.is_prefix_caching_supported`),
+    Mamba layers then in its "align" cache mode (kvsim/alloc/hybrid/mamba.py); Jenga does not model
+    that, so it stays off there for a model with Mamba layers."""
     if cfg.cache.prefix_caching is not None:
         return cfg.cache.prefix_caching
     mamba = any(g.kind == "mamba" for g in cfg.deployment.model.layer_groups)
-    return cfg.profile().prefix_caching and cfg.cache.allocator in ("paged", "jenga") and not mamba
+    return cfg.profile().prefix_caching and (cfg.cache.allocator == "paged"
+                                             or (cfg.cache.allocator == "jenga" and not mamba))
 
 
 def async_scheduling_on(cfg: SimConfig) -> bool:

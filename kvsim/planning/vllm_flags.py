@@ -81,7 +81,10 @@ VLLM_FLAGS: dict[str, VllmFlag] = {
         "tokenizer-mode", "revision", "code-revision", "tokenizer-revision", "chat-template",
         "tool-call-parser", "uvicorn-log-level", "max-log-len", "generation-config", "root-path",
         "ssl-keyfile", "ssl-certfile", "allowed-origins", "response-role", "reasoning-parser",
-        "distributed-executor-backend", "hf-config-path", "config-format", "middleware")},
+        "distributed-executor-backend", "hf-config-path", "config-format", "middleware",
+        # vLLM 0.33 deprecates it, with no effect: Mamba prefix caching ("align") follows
+        # --enable-prefix-caching (vllm/engine/arg_utils.py `_MAMBA_CACHE_MODE_DEPRECATION_MESSAGE`)
+        "mamba-cache-mode")},
     **{name: _switch(None) for name in (
         "trust-remote-code", "disable-log-requests", "enable-log-requests", "disable-log-stats",
         "enable-auto-tool-choice", "disable-frontend-multiprocessing", "disable-fastapi-docs",

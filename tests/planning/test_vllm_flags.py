@@ -139,6 +139,10 @@ def test_translate_and_split_argv():
                                        "--model", "m"], {"--tp", "--model"})
     assert rest == ["t.jsonl", "--tp", "2", "--model", "m"]
     assert flags == {"dtype": "half", "enforce_eager": True} and ignored == ["--port"]
+    # vLLM 0.33 deprecates --mamba-cache-mode with no effect (Mamba prefix caching follows
+    # --enable-prefix-caching): accepted and ignored
+    rest, flags, ignored = split_argv(["t.jsonl", "--mamba-cache-mode", "align", "--enable-prefix-caching"], set())
+    assert rest == ["t.jsonl"] and flags == {"prefix_caching": True} and ignored == ["--mamba-cache-mode"]
 
 
 def _json(tmp_path, *args):
