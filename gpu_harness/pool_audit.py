@@ -12,8 +12,10 @@ tables. Shared blocks (forked samples, prefix-cache hits) pass: every sharer rea
 A hybrid model (`audit_groups`) has one table per KV cache group over one pool, as in vLLM's hybrid KV
 cache manager: layer j of every group pages into the same tensor, so a block id names one page per
 layer in each group at once. A block may then be in the tables of one group only (entries of two groups
-would overwrite each other's pages), a Mamba group's state block in one entry only, and null entries
-(-1: blocks a window skipped) hold no block and are never read back.
+would overwrite each other's pages), a Mamba group's state block in one entry only (`shared_states`: Mamba
+prefix caching, vLLM's align mode, where a hit shares a cached state, never written again, so several
+sequences may hold one, each once; each writes its next state into a block of its own), and null entries (-1: blocks
+a window skipped, or a Mamba table's entries between its states) hold no block and are never read back.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def audit_pool(caches: list[tuple[torch.Tensor, torch.Tensor]], block_size: int,
 def audit_groups(caches: list[tuple[torch.Tensor, torch.Tensor]], block_size: int,
                  tables: dict[int, list[list[int]]], written: dict[int, int],
                  shadow: dict[int, list[list[tuple[torch.Tensor, torch.Tensor]]]],
-                 kinds: list[str]) -> PoolAudit:
+                 kinds: list[str], shared_states: bool = False) -> PoolAudit:
     """`audit_pool` over KV cache groups: `tables` seq -> one table per group (-1: null entry);
     `shadow` seq -> per group, per replayed layer of it (K, V) [length, H_kv, D] (layer j of a group in
     `caches[j]`); `kinds` each group's kind (a "mamba" group's state block is counted, not read)."""
@@ -60,7 +62,8 @@ def audit_groups(caches: list[tuple[torch.Tensor, torch.Tensor]], block_size: in
             for block in table:
                 if block < 0:
                     continue
-                if group_of.setdefault(block, g) != g or (kinds[g] == "mamba" and block in owners):
+                if group_of.setdefault(block, g) != g or (kinds[g] == "mamba" and block in owners and (
+                        not shared_states or seq in owners[block])):
                     return PoolAudit(len(owners), 0, f"block {block} is held twice: by group "
                                                      f"{group_of[block]} of sequences {owners[block]} and "
                                                      f"by group {g} of sequence {seq}")

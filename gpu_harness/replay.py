@@ -140,7 +140,7 @@ def replay(trace: Trace, cfg: SimConfig, shape: ReplayShape, device: str,
                 pool.gather_prefix(seq, tables[seq], cached)
             for parent, child in plan.forked:  # samples share the prompt just written
                 pool.clone_shadow(parent, child)
-            audit = pool.audit(tables)
+            audit = pool.audit(tables, getattr(sched.alloc, "clip_chunk", None) is not None)   # (Mamba align)
             max_held, verified = max(max_held, audit.held_blocks), verified + audit.verified_slots
             if mismatch is None:
                 mismatch = _memory_mismatch(steps, audit, plan.memory[0].used_blocks, predicted_blocks)

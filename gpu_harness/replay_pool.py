@@ -175,7 +175,8 @@ class ReplayPool:
                         worst = max(worst, (out[b].float() - ref).abs().max().item())
         return worst
 
-    def audit(self, tables: dict[int, list[list[int]]]) -> PoolAudit:
-        """`gpu_harness.pool_audit.audit_groups` of the pool after the step's writes."""
+    def audit(self, tables: dict[int, list[list[int]]], shared_states: bool = False) -> PoolAudit:
+        """`gpu_harness.pool_audit.audit_groups` of the pool after the step's writes (`shared_states`:
+        Mamba states shared through the prefix cache)."""
         return audit_groups(self.caches, self.bs, tables, self.written, self.shadow,
-                            [g.kind for g in self.groups])
+                            [g.kind for g in self.groups], shared_states)

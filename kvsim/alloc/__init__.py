@@ -23,7 +23,8 @@ __all__ = ["ALLOCATORS", "PLACEMENTS", "RESERVE_POLICIES", "AllocationError", "A
 def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_seq_len: int = 2048,
                    reserve: str = "max", placement: str = "buddy", prefix_caching: bool = False,
                    groups=None, max_in_flight_tokens: int = 0, prefill_chunk_tokens: int | None = None,
-                   pool_bytes: int = 0, cpu_tier_blocks: int = 0, retention_interval: int | None = 0):
+                   pool_bytes: int = 0, cpu_tier_blocks: int = 0, retention_interval: int | None = 0,
+                   mamba_checkpoints: bool = False):
     """An allocator over `capacity_tokens` slots: "paged" gets capacity_tokens // block_size blocks
     (the remainder is unused), "contiguous" uses `max_seq_len`, `reserve` and `placement`; "hybrid"
     (`kvsim.alloc.hybrid.HybridAllocator`) gets capacity_tokens // block_size blocks shared by `groups`
@@ -31,7 +32,8 @@ def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_se
     "jenga" (`kvsim.alloc.jenga.JengaAllocator`) sizes itself from `pool_bytes` (KV bytes per GPU) and its
     `groups` (JengaGroups, each with its page bytes), ignoring `capacity_tokens`, else as "hybrid".
     `cpu_tier_blocks`: paged with prefix caching only, a CPU tier of that many blocks (`cpu_tier`).
-    `retention_interval`: "hybrid" only, vLLM's prefix cache retention interval (`hybrid.retention`)."""
+    `retention_interval`: "hybrid" only, vLLM's prefix cache retention interval (`hybrid.retention`);
+    `mamba_checkpoints`: "hybrid" only, Mamba layers that export prefill checkpoints (`hybrid.mamba`)."""
     if kind == "jenga":
         from kvsim.alloc.jenga import JengaAllocator
         if not groups or pool_bytes < 1:
@@ -43,7 +45,8 @@ def make_allocator(kind: str, capacity_tokens: int, block_size: int = 16, max_se
         if not groups:
             raise ValueError("the hybrid allocator needs its KV cache groups (groups=[GroupSpec, ...])")
         return HybridAllocator(capacity_tokens // block_size, block_size, groups, max_seq_len,
-                               max_in_flight_tokens, prefill_chunk_tokens, prefix_caching, retention_interval)
+                               max_in_flight_tokens, prefill_chunk_tokens, prefix_caching, retention_interval,
+                               mamba_checkpoints)
     if kind == "paged":
         return PagedAllocator(capacity_tokens // block_size, block_size, prefix_caching=prefix_caching,
                               cpu_tier_blocks=cpu_tier_blocks)

@@ -137,6 +137,9 @@ class CalibratedProfile(EngineProfile):
 
     gpu_time_scale: float = 1.0
     allreduce_delta_s: float = 0.0
+    #: Per-GPU values, ((GPU preset name, gpu_time_scale, allreduce_delta_s, cpu_step_s, cpu_seq_s), ...):
+    #: a run on a listed GPU takes its row (`for_gpu`); any other GPU the values above.
+    by_gpu: tuple = ()
 
     def __post_init__(self) -> None:
         super(CalibratedProfile, self).__post_init__()
@@ -144,6 +147,17 @@ class CalibratedProfile(EngineProfile):
             raise ValueError(f"engine profile {self.name!r}: gpu_time_scale must be > 0, got {self.gpu_time_scale}")
         if not math.isfinite(self.allreduce_delta_s):
             raise ValueError(f"engine profile {self.name!r}: allreduce_delta_s must be finite")
+        for row in self.by_gpu:
+            replace(self, gpu_time_scale=row[1], allreduce_delta_s=row[2], cpu_step_s=row[3], cpu_seq_s=row[4],
+                    by_gpu=())      # (each GPU's values checked as a profile of their own)
+
+    def for_gpu(self, gpu_name: str) -> "CalibratedProfile":
+        """This profile with `gpu_name`'s fitted values (the plain values where it has none)."""
+        for gpu, scale, delta, step, seq in self.by_gpu:
+            if gpu.lower() == gpu_name.lower():
+                return replace(self, gpu_time_scale=scale, allreduce_delta_s=delta, cpu_step_s=step,
+                               cpu_seq_s=seq, by_gpu=())
+        return replace(self, by_gpu=())
 
 
 #: vLLM V1 turns prefix caching on unless told otherwise: vllm/engine/arg_utils.py (0.33)
@@ -209,13 +223,16 @@ def load_profile(path: str | Path) -> EngineProfile:
                           cpu_seq_s=float(data["cpu_seq_s"]), source=str(data.get("source", path)),
                           variant="measured")
         if "gpu_time_scale" in data or "allreduce_delta_s" in data:     # from `kvsim calibrate`
+            by_gpu = tuple((str(g), float(v["gpu_time_scale"]), float(v["allreduce_delta_s"]),
+                            float(v["cpu_step_s"]), float(v["cpu_seq_s"]))
+                           for g, v in sorted((data.get("by_gpu") or {}).items()))
             profile = CalibratedProfile(**profile.to_dict(), gpu_time_scale=float(data.get("gpu_time_scale", 1.0)),
-                                        allreduce_delta_s=float(data.get("allreduce_delta_s", 0.0)))
+                                        allreduce_delta_s=float(data.get("allreduce_delta_s", 0.0)), by_gpu=by_gpu)
         return profile
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read engine profile: {exc}") from None
     except KeyError as exc:
         raise ValueError(f"{path}: engine profile needs field {exc.args[0]!r} (base one of "
                          f"{', '.join(PROFILES)})") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path}: bad engine profile: {exc}") from None

@@ -17,7 +17,7 @@ from kvsim.cost.roofline import CostModel
 from kvsim.cost.profiles import EngineProfile
 from kvsim.cost.select import cost_model
 from kvsim.engine.batching.scheduler import Scheduler
-from kvsim.specs.kv_groups import KVCachePlan
+from kvsim.specs.kv_groups import KVCachePlan, exports_prefill_checkpoints
 from kvsim.specs.model import GIB
 from kvsim.engine.batching.static import StaticScheduler
 from kvsim.trace.table import Trace
@@ -156,7 +156,8 @@ def _plan_allocator(plan: KVCachePlan, cfg: SimConfig, capacity: int):
                           prefix_caching=cache.prefix_caching, groups=groups,
                           max_in_flight_tokens=concurrent_batches(cfg) * sched.max_batched_tokens,
                           prefill_chunk_tokens=sched.max_batched_tokens if sched.chunked_prefill else None,
-                          retention_interval=cache.prefix_cache_retention_interval)
+                          retention_interval=cache.prefix_cache_retention_interval,
+                          mamba_checkpoints=exports_prefill_checkpoints(cfg.deployment.model))
 
 
 def jenga_allocator(cfg: SimConfig):

@@ -133,6 +133,8 @@ class SimConfig:
         multi-sequence requests (vllm-2023); `enforce_eager` adds its kernel launches to the profile's
         CPU time per step. ValueError when an explicit flag contradicts the profile."""
         profile, sched = self.profile(), self.scheduler
+        if getattr(profile, "by_gpu", ()):          # a calibrated profile fitted per GPU: this GPU's values
+            profile = profile.for_gpu(self.deployment.gpu.name)
         cache = replace(self.cache, prefix_caching=prefix_caching_on(self))
         if (self.enforce_eager and EAGER_NOTE not in profile.source       # (once: resolving is idempotent)
                 and profile.time_model != "vllm-v1"):      # (the V1 time model launches eagerly itself)
@@ -183,12 +185,15 @@ def eager_launch_s(deployment: Deployment) -> float:
 
 def prefix_caching_on(cfg: SimConfig) -> bool:
     """Whether the run caches prompt prefixes: `--enable-prefix-caching` when given, else the engine
-    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous,
-    nor for a model with Mamba layers (vLLM needs its 'align' Mamba cache mode for that, not modelled)."""
+    profile's default for the paged allocators (paged, hybrid, Jenga); never by default for contiguous.
+    vLLM 0.33 turns it on for generative hybrid models too (`ModelConfig.is_prefix_caching_supported`),
+    Mamba layers then in its "align" cache mode (kvsim/alloc/hybrid/mamba.py); Jenga does not model
+    that, so it stays off there for a model with Mamba layers."""
     if cfg.cache.prefix_caching is not None:
         return cfg.cache.prefix_caching
     mamba = any(g.kind == "mamba" for g in cfg.deployment.model.layer_groups)
-    return cfg.profile().prefix_caching and cfg.cache.allocator in ("paged", "jenga") and not mamba
+    return cfg.profile().prefix_caching and (cfg.cache.allocator == "paged"
+                                             or (cfg.cache.allocator == "jenga" and not mamba))
 
 
 def async_scheduling_on(cfg: SimConfig) -> bool:

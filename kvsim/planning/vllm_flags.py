@@ -81,7 +81,10 @@ VLLM_FLAGS: dict[str, VllmFlag] = {
         "tokenizer-mode", "revision", "code-revision", "tokenizer-revision", "chat-template",
         "tool-call-parser", "uvicorn-log-level", "max-log-len", "generation-config", "root-path",
         "ssl-keyfile", "ssl-certfile", "allowed-origins", "response-role", "reasoning-parser",
-        "distributed-executor-backend", "hf-config-path", "config-format", "middleware")},
+        "distributed-executor-backend", "hf-config-path", "config-format", "middleware",
+        # vLLM 0.33 deprecates it, with no effect: Mamba prefix caching ("align") follows
+        # --enable-prefix-caching (vllm/engine/arg_utils.py `_MAMBA_CACHE_MODE_DEPRECATION_MESSAGE`)
+        "mamba-cache-mode")},
     **{name: _switch(None) for name in (
         "trust-remote-code", "disable-log-requests", "enable-log-requests", "disable-log-stats",
         "enable-auto-tool-choice", "disable-frontend-multiprocessing", "disable-fastapi-docs",
@@ -118,7 +121,8 @@ def _truth(name: str, value: Any) -> bool:
 def translate(flags: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Flat flags with vLLM names turned into kvsim run flags, and the vLLM flags ignored (sorted).
     Names not in `VLLM_FLAGS` pass unchanged; a switch given a value (`enable_prefix_caching=False`)
-    sets the run flag to it, a negating one (`no_enable_prefix_caching=True`) to its opposite."""
+    sets the run flag to it, a negating one (`no_enable_prefix_caching=True`) to its opposite, and None
+    (a command's switch not given) leaves it None, the run's default."""
     out: dict[str, Any] = {}
     ignored: list[str] = []
     for name, value in flags.items():
@@ -129,6 +133,8 @@ def translate(flags: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             ignored.append(_key(name))
         elif spec.switch is None:
             out[spec.run_flag] = _value(_key(name), spec, value)
+        elif value is None:                 # (not given: the run flag keeps its default, e.g. vLLM's own)
+            out[spec.run_flag] = None
         else:
             truth = _truth(name, value)
             out[spec.run_flag] = truth if spec.switch else not truth

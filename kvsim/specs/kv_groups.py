@@ -115,15 +115,26 @@ def _raised(model: ModelSpec, tp: int, asked: int, block_size: int) -> str:
             f"to match (platforms/interface.py `_align_hybrid_block_size`)")
 
 
+def exports_prefill_checkpoints(model: ModelSpec) -> bool:
+    """Whether every Mamba layer of `model` exports a state from inside a prefill chunk, as vLLM 0.33's
+    Mamba-2 mixer declares (`MambaMixer2.get_kv_cache_spec`: one prefill checkpoint block; Mamba-2 state
+    shapes have `n_groups` >= 1); vLLM takes such checkpoints only when every Mamba layer can
+    (`get_mamba_prefill_checkpoint_alignment`). Not Mamba-1 (Jamba), nor the gated delta net (Qwen3-Next)
+    on its Triton prefill kernel (kvsim/alloc/hybrid/mamba.py)."""
+    states = [g.state for g in model.groups if g.kind == "mamba"]
+    return bool(states) and all(s.n_groups > 0 for s in states)
+
+
 def blocks_per_request(kind: str, window: int | None, chunk: int | None, block_size: int, max_len: int,
-                       in_flight: int, prefix_caching: bool) -> int:
-    """Blocks one max-length request needs in one group of `kind` (vLLM's max_memory_usage_bytes)."""
+                       in_flight: int, prefix_caching: bool, checkpoints: bool = False) -> int:
+    """Blocks one max-length request needs in one group of `kind` (vLLM's max_memory_usage_bytes; a Mamba
+    group with prefix caching: two states, plus a prefill checkpoint block for `checkpoints`)."""
     if kind == "sliding":
         return _cdiv(min(window - 1 + in_flight, max_len), block_size) + 1
     if kind == "chunked":
         return _cdiv(min(chunk + in_flight, max_len), block_size)
     if kind == "mamba":
-        return 2 if prefix_caching else 1
+        return (3 if checkpoints else 2) if prefix_caching else 1
     return _cdiv(max_len, block_size)
 
 
@@ -172,9 +183,10 @@ def plan_kv_cache(model: ModelSpec, tp: int = 1, block_size: int = 16, *,
         note = "; ".join(filter(None, (note, _raised(model, tp, asked, block_size))))
     max_len, in_flight = model.max_seq_len, max_concurrent_batches * max_num_batched_tokens
     buckets = _buckets(model, tp, block_size, hybrid, mamba_page)
+    ckpt = exports_prefill_checkpoints(model)
 
     def needed(b) -> int:
-        return blocks_per_request(b[0], b[1], b[2], block_size, max_len, in_flight, prefix_caching)
+        return blocks_per_request(b[0], b[1], b[2], block_size, max_len, in_flight, prefix_caching, ckpt)
 
     if len({(b[0], b[1], b[2]) for b in buckets}) == 1:      # one kind: one group of every layer
         layers = sum(b[4] for b in buckets)

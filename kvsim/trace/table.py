@@ -169,7 +169,8 @@ class Trace:
             hbs = self.hash_block_size or block_size
             if hbs % block_size:
                 raise ValueError(f"{self.source or 'trace'}: hash block size {hbs} tokens is not a "
-                                 f"multiple of block size {block_size}; use a block size dividing {hbs}")
+                                 f"multiple of block size {block_size}; use a block size dividing {hbs}, "
+                                 f"or run without prefix caching (--no-enable-prefix-caching)")
             hashes = self.block_hashes(i)
             if hbs == block_size:
                 return hashes[:num_full].tolist()

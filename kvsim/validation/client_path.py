@@ -70,3 +70,22 @@ class ClientPath:
                        str(data.get("source", where)))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: field 'client_path': {exc}") from None
+
+
+def fit_client(rows, fallback: ClientPath) -> tuple[ClientPath, dict]:
+    """`fixed_s` (>= 0; the per-token part kept at `fallback`'s) fitted to TTFT rows `(measured_s,
+    engine_s, prompt_tokens)` (stage means of sustained HTTP-client runs: the measured TTFT, the engine's
+    TTFT the fitted profile predicts, the prompt), minimizing the sum of absolute relative TTFT errors: a
+    weighted median of the gaps (weights 1 / measured TTFT), robust to a stage whose TTFT holds something
+    else (a server near saturation queues). Returns (path, {"client_fixed_s": why kept} or {})."""
+    import numpy as np
+    if len(rows) < 2:
+        return fallback, {"client_fixed_s": f"too few TTFT rows of sustained HTTP-client runs ({len(rows)}): "
+                                            "kept at the evidence value"}
+    meas, eng, prompt = (np.array(c, dtype=float) for c in zip(*rows))
+    gap = meas - eng - fallback.per_prompt_token_s * prompt
+    order = np.argsort(gap, kind="stable")
+    weight = np.cumsum((1.0 / meas)[order])
+    fixed = max(float(gap[order][np.searchsorted(weight, weight[-1] / 2)]), 0.0)   # the weighted median
+    return ClientPath(fixed, fallback.per_prompt_token_s,
+                      f"kvsim calibrate: weighted median TTFT gap over {len(rows)} sustained stages"), {}

@@ -36,6 +36,7 @@ class Row:
     stage: int
     x: tuple[float, float, float, float]
     y: float
+    gpu: str = ""
 
 
 def params_of(profile) -> dict[str, float]:
@@ -45,8 +46,14 @@ def params_of(profile) -> dict[str, float]:
             "cpu_step_s": profile.cpu_step_s, "cpu_seq_s": profile.cpu_seq_s}
 
 
-def rows_of(run, result, trace, stage_of, profile, tp: int, layers: int) -> list[Row]:
-    """Rows (module docstring) of `run` simulated as `result` under `profile`."""
+def stages_of(run) -> list[int]:
+    """The measured stages a run's rows use: its stages, or the whole run (-1) where it has none."""
+    return sorted(k for k in run.measured if k >= 0) or [-1]
+
+
+def rows_of(run, result, trace, stage_of, profile, tp: int, layers: int, gpu: str = "") -> list[Row]:
+    """Rows (module docstring) of `run` on `gpu` simulated as `result` under `profile` (its values for
+    that GPU)."""
     p = params_of(profile)
     steps = result.step_columns
     t, dur = np.asarray(steps["time_s"]), np.asarray(steps["duration_s"])
@@ -54,8 +61,7 @@ def rows_of(run, result, trace, stage_of, profile, tp: int, layers: int) -> list
     T = 2 * layers if tp > 1 else 0.0
     kernel = (dur - p["cpu_step_s"] - p["cpu_seq_s"] * n - p["allreduce_delta_s"] * T) / p["gpu_time_scale"]
     out = []
-    stages = sorted(k for k in run.measured if k >= 0) or [-1]
-    for k in stages:
+    for k in stages_of(run):
         y = run.measured[k].get("tpot_ms")
         if not y:
             continue
@@ -67,7 +73,22 @@ def rows_of(run, result, trace, stage_of, profile, tp: int, layers: int) -> list
             continue
         w = dec[window]
         out.append(Row(run.name, k, (float(np.average(kernel[window], weights=w)), float(T), 1.0,
-                                     float(np.average(n[window], weights=w))), y / 1e3))
+                                     float(np.average(n[window], weights=w))), y / 1e3, gpu))
+    return out
+
+
+def ttft_rows(run, result, trace, stage_of) -> list[tuple]:
+    """TTFT rows for the client path's fit (`kvsim.validation.client_path.fit_client`), one per measured
+    stage: (measured TTFT, the engine's mean TTFT of the stage's finished requests, mean prompt tokens);
+    seconds and tokens."""
+    first = np.asarray(result.request_columns["first_token_s"], dtype=float)
+    arrival = np.asarray(trace.arrival_s, dtype=float)
+    out = []
+    for k in stages_of(run):
+        m = np.isfinite(first) & ((stage_of == k) if k >= 0 else True)
+        meas = run.measured[k].get("ttft_ms")
+        if meas and m.any():
+            out.append((meas / 1e3, float(np.mean(first[m] - arrival[m])), float(np.mean(trace.prompt_tokens[m]))))
     return out
 
 
@@ -114,7 +135,57 @@ def identifiable(rows: list[Row]) -> tuple[list[str], dict[str, str]]:
         elif q == "cpu_seq_s" and np.ptp(col) < 0.1 * max(col.mean(), 1e-9):
             why[q] = "not identifiable: the running batch barely varies across the runs"
         elif len(rows) < 2 * (len(free) + 1):
-            why[q] = f"too few measured stages ({len(rows)}) to fit it as well: kept at the base profile's value"
+            why[q] = f"too few measured stages ({len(rows)}): each fitted parameter needs two"
         else:
             free.append(q)
     return free, why
+
+
+#: Properties of a GPU and its interconnect (kernel efficiency, collective latency): fitted per GPU and
+#: never carried to another GPU. The CPU terms (the engine's host work) are fitted per GPU where its
+#: rows allow and otherwise taken from the fit over every GPU's rows.
+GPU_SIDE = ("gpu_time_scale", "allreduce_delta_s")
+
+
+def _gpu_fit(mine: list[Row], start: dict) -> tuple[dict, list[str], dict]:
+    """(values, fitted parameters, {parameter: why not}) of one GPU's rows, unfitted ones at `start`.
+    TP > 1 rows fit the GPU's efficiency only where its all-reduce latency is identified too (TP 1 and
+    TP > 1 rows); otherwise only its TP 1 rows do (the all-reduce's error would be read as the kernels')."""
+    free, kept = identifiable(mine)
+    if "allreduce_delta_s" not in free and any(r.x[1] > 0 for r in mine):
+        reason = kept["allreduce_delta_s"]
+        single = [r for r in mine if r.x[1] == 0]
+        free, kept = identifiable(single) if single else ([], {})
+        kept["allreduce_delta_s"] = reason
+        if not single:
+            kept.update({q: "not identifiable apart from the all-reduce: every run of this GPU is at TP > 1"
+                         for q in PARAMS if q != "allreduce_delta_s"})
+        mine = single
+    return (solve(mine, free, start) if mine else dict(start)), free, kept
+
+
+def fit_by_gpu(rows: list[Row], base: dict[str, float]) -> tuple[dict, dict]:
+    """({gpu: values}, {gpu: {parameter: why not fitted}}); under the key "" of both, the values a GPU
+    without rows takes. GPU-side parameters are fitted per GPU (`_gpu_fit`) or kept at `base`; the CPU
+    terms per GPU where its rows allow, otherwise from the fit over the rows of every GPU whose
+    efficiency its own rows identified (their GPU-side part taken out), or `base` where there is none."""
+    groups = {g: [r for r in rows if r.gpu == g] for g in sorted({r.gpu for r in rows})}
+    first = {g: _gpu_fit(mine, base) for g, mine in groups.items()}
+    known = [Row(r.run, r.stage, (first[g][0]["gpu_time_scale"] * r.x[0] + first[g][0]["allreduce_delta_s"] * r.x[1],
+                                  0.0, 1.0, r.x[3]), r.y, g)
+             for g, mine in groups.items() if "gpu_time_scale" in first[g][1] for r in mine]
+    cpu_free, cpu_why = identifiable(known) if known else ([], {})
+    cpu_free = [q for q in cpu_free if q not in GPU_SIDE]
+    shared = solve(known, cpu_free, {**base, "gpu_time_scale": 1.0, "allreduce_delta_s": 0.0}) if known else base
+    pooled = {q: (base[q] if q in GPU_SIDE else shared[q]) for q in PARAMS}
+    src = (f"from the fit over {len(known)} rows of GPUs with a fitted efficiency" if known
+           else "the base profile's value: no GPU's efficiency is fitted")
+    values = {"": pooled}
+    why = {"": {q: ("kept at the base profile's value: no runs of this GPU" if q in GPU_SIDE else
+                    src + (f" ({cpu_why[q]})" if q in cpu_why and known else "")) for q in PARAMS}}
+    for g, mine in groups.items():
+        vals, free, kept = _gpu_fit(mine, pooled)
+        values[g] = vals
+        why[g] = {q: (kept.get(q, "") + ("; kept at the base profile's value" if q in GPU_SIDE else "; " + src))
+                  for q in PARAMS if q not in free}
+    return values, why

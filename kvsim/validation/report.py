@@ -69,7 +69,9 @@ def sim_to_real_report(replays, calibration, wall: dict):
         "`shared_prefix` as it actually ran: 100 fixed prompts re-sent in a shuffled cycle), the server's "
         "flags, and each metric as the client defines it. Errors are absolute percentage errors of whole-run "
         "means; medians are over the replayed runs. The default profile is fitted to nothing here. The "
-        "leave-one-out column fits `kvsim calibrate`'s parameters on all other runs and predicts the run.")
+        "leave-one-out column fits `kvsim calibrate`'s parameters on all other runs and predicts the run "
+        "(per GPU: a GPU's efficiency and all-reduce latency come from its own other runs only, or stay at "
+        "the evidence values).")
     rep.heading("Medians")
     rep.table("medians", _medians_table(replays), "Median APE (%) per metric: all runs, per GPU, per model.")
     rep.heading("Per run")
@@ -92,9 +94,14 @@ def sim_to_real_report(replays, calibration, wall: dict):
     rep.heading("Calibration")
     cal = calibration.to_dict()
     share = "whole stages" if calibration.scale >= 1 else f"{calibration.scale:g} of each stage"
-    rep.paragraph(f"Fitted (`kvsim calibrate`, all sustained runs, {share}): " + ", ".join(f"`{k}` = {v:.4g}" for k, v in cal["fitted"].items())
-                  + f", `client_fixed_s` = {calibration.client.fixed_s:.4g}. Kept at the base value: "
-                  + ("; ".join(f"`{k}`: {v}" for k, v in cal["kept_at_base"].items()) or "none") + ".")
+    rep.paragraph(f"Fitted by `kvsim calibrate` ({share}) on the runs whose figures cover every request "
+                  f"({len(calibration.fitted_runs)} with rows), per GPU; the client path on the sustained "
+                  f"HTTP-client runs: `client_fixed_s` = {calibration.client.fixed_s:.4g}.")
+    rep.table("calibration", pd.DataFrame([{"GPU": g or "any other GPU", **{k: f"{v:.4g}" for k, v in vals.items()},
+                                            "kept (why)": "; ".join(f"{k}: {w}" for k, w in
+                                                                    calibration.kept.get(g, {}).items()) or "-"}
+                                           for g, vals in calibration.by_gpu.items()]),
+              "Fitted values per GPU, and what was kept and why (a GPU without runs takes the 'any other GPU' row).")
     rep.heading("Figures")
     rep.figure("predicted_vs_measured", predicted_vs_measured(replays, ("predicted", "loo")),
                "Predicted against measured, whole-run means; the diagonal is a perfect prediction.")

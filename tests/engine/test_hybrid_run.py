@@ -86,8 +86,9 @@ def test_build_run_follows_vllms_plan(model, flags, kind, groups):
 
 
 def test_what_the_hybrid_allocator_cannot_do_is_one_line(tmp_path):
-    """Parallel samples / beams, and prefix caching with Mamba groups, are refused in one line (exit 2);
-    prefix caching over sliding and full groups runs."""
+    """Parallel samples / beams are refused in one line (exit 2), and prefix caching with Mamba groups
+    under Jenga's allocator; prefix caching over sliding and full groups runs, and with Mamba groups under
+    vLLM's hybrid manager (its "align" mode: kvsim/alloc/hybrid/mamba.py)."""
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     one.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5}\n')
     two.write_text('{"arrival_s": 0, "prompt_tokens": 40, "output_tokens": 5, "n": 2}\n')
@@ -96,7 +97,10 @@ def test_what_the_hybrid_allocator_cannot_do_is_one_line(tmp_path):
     assert res.exit_code == 2 and "one sequence per request" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["run", str(one), "--model", "qwen3-next-80b-a3b", "--tp", "4", *base,
                                    "--prefix-caching"])
-    assert res.exit_code == 2 and "prefix caching with a Mamba group" in res.output
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["run", str(one), "--model", "qwen3-next-80b-a3b", "--tp", "4", *base,
+                                   "--prefix-caching", "--allocator", "jenga", "--kv-gib", "20"])
+    assert res.exit_code == 2 and "prefix caching with a Mamba group" in res.output and "Traceback" not in res.output
     for extra in (["--prefix-caching"], ["--prefix-caching", "--no-hybrid-kv-cache"], []):
         res = CliRunner().invoke(app, ["run", str(two if not extra else one), "--model", "gpt-oss-20b", *base,
                                        *extra, *(["--no-hybrid-kv-cache"] if not extra else [])])
@@ -185,7 +189,8 @@ def test_compare_gives_one_comparable_kv_figure_for_hybrid_models(tmp_path):
     """The allocators' own slots differ in unit for a hybrid model; the capacity row gives vLLM's KV
     tokens at the maximum length for every column. Uniform pages, by hand: gpt-oss-20b holds 24 layers x
     8 KV heads x 64 x 2 (K, V) x 2 bytes = 49,152 B per token: 1 GiB holds 21,845 tokens, 1,365 blocks of
-    16 (21,840 slots), and 1,365 / (4,096 / 16) x 4,096 = 21,840 tokens at 4,096. The hybrid manager's
+    16, of which vLLM keeps one back as its null block (1,364 x 16 = 21,824 own slots), and vLLM's figure
+    1,365 / (4,096 / 16) x 4,096 = 21,840 tokens at 4,096. The hybrid manager's
     figure is `kv_cache_plan`'s (checked against vLLM's own functions in tests/vllm/test_kv_plan.py)."""
     from kvsim.engine.config import kv_cache_plan
     from kvsim.planning.runs import make_config
@@ -198,5 +203,34 @@ def test_compare_gives_one_comparable_kv_figure_for_hybrid_models(tmp_path):
     row = next(line for line in res.stdout.splitlines() if "KV tokens at 4,096 (own slots)" in line)
     cells = [c.strip() for c in row.split("│")[2:-1]]
     hybrid = kv_cache_plan(make_config(model="gpt-oss-20b", gpu="h100-80gb", max_model_len=4096, kv_gib=1))
-    assert cells[0].startswith(f"{hybrid.capacity_tokens:,} (") and cells[5] == "21,840 (21,840)"
+    assert cells[0].startswith(f"{hybrid.capacity_tokens:,} (") and cells[5] == "21,840 (21,824)"
     assert "KV capacity (tokens)" not in res.stdout
+
+
+def test_prefix_caching_is_on_by_default_for_mamba_hybrids_as_in_vllm():
+    """vLLM 0.33 turns prefix caching on for generative hybrid models (`is_prefix_caching_supported`),
+    Mamba layers in its "align" mode; kvsim follows under the default profile, but not under Jenga's
+    allocator (which does not model align mode), nor when the flag or the profile says off."""
+    from kvsim.engine.config import prefix_caching_on
+    from kvsim.planning.runs import make_config
+    qwen = dict(model="qwen3-next-80b-a3b", gpu="h200", tp=2)
+    assert prefix_caching_on(make_config(**qwen))
+    assert not prefix_caching_on(make_config(**qwen, allocator="jenga", kv_gib=20.0))
+    assert not prefix_caching_on(make_config(**qwen, prefix_caching=False))
+    assert not prefix_caching_on(make_config(**qwen, engine_profile="vllm-2023"))
+    assert prefix_caching_on(make_config(model="gpt-oss-20b", gpu="h200", allocator="jenga", kv_gib=20.0))
+
+
+def test_mamba2_layers_export_prefill_checkpoints():
+    """vLLM's Mamba-2 mixer declares prefill checkpoint blocks; Mamba-1 (Jamba) and the gated delta net
+    (Qwen3-Next, kvsim's A100 path) do not (kvsim/alloc/hybrid/mamba.py)."""
+    from pathlib import Path
+
+    from kvsim.specs.kv_groups import exports_prefill_checkpoints as mamba_checkpoints
+    from kvsim.specs import get_model
+    from kvsim.specs.hf.config import load_hf_config
+    assert mamba_checkpoints(get_model("nemotron-h-8b"))
+    assert not mamba_checkpoints(get_model("qwen3-next-80b-a3b"))
+    jamba = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "jamba-v0.1.json"
+    assert not mamba_checkpoints(load_hf_config(jamba))
+    assert not mamba_checkpoints(get_model("gpt-oss-20b"))

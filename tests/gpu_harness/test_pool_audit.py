@@ -93,3 +93,9 @@ def test_a_mamba_state_block_is_counted_and_never_shared():
     assert (ok.held_blocks, ok.problem) == (4, None)
     shared = audit_groups(caches, BS, {0: [[5], [0]], 1: [[5], [1]]}, {0: 0, 1: 0}, shadow, ["mamba", "full"])
     assert shared.problem == "block 5 is held twice: by group 0 of sequences [0] and by group 0 of sequence 1"
+    # with Mamba prefix caching (vLLM's align mode) a hit shares a cached state: several sequences, once each
+    hit = {0: [[-1, 5], [0, 2]], 1: [[-1, 5, 6], [0, 2, 1]]}
+    ok = audit_groups(caches, BS, hit, {0: 0, 1: 0}, shadow, ["mamba", "full"], shared_states=True)
+    assert (ok.held_blocks, ok.problem) == (5, None)     # (distinct: Mamba 5, 6; full 0, 1, 2)
+    twice = audit_groups(caches, BS, {0: [[5, 5], [0]]}, {0: 0}, shadow, ["mamba", "full"], shared_states=True)
+    assert twice.problem == "block 5 is held twice: by group 0 of sequences [0] and by group 0 of sequence 0"

@@ -190,6 +190,24 @@ def test_mamba_group_is_counted_not_paged():
     assert predicted[-1] == 1 + 3
 
 
+@pytest.mark.long
+def test_mamba_prefix_caching_replays():
+    """Mamba beside full attention with prefix caching (vLLM's align mode, kvsim/alloc/hybrid/mamba.py):
+    six requests sharing a 40-token prefix take hits (fewer tokens written than computed without) and the
+    pool reads back what was written, Mamba states shared by hits counted once each."""
+    state = MambaState(conv_dim=8, conv_kernel=4, ssm_heads=2, ssm_shape=(4, 4), conv_dtype_bytes=2,
+                       ssm_dtype_bytes=2)
+    model = ModelSpec("tiny-next", 4, 256, 4, 2, 16, 2, 256, 1e8,
+                      layer_groups=(LayerGroup("mamba", 2, state=state), LayerGroup("full", 2, 2, 16)))
+    rng = np.random.default_rng(1)
+    num = 6
+    tr = Trace.from_arrays(np.sort(rng.uniform(0, 0.5, num)), rng.integers(50, 70, num), rng.integers(5, 9, num),
+                           prefix_group=["g"] * num, prefix_tokens=[40] * num)
+    report, _ = run_model(model, CacheConfig(block_size=BS, num_blocks=40, prefix_caching=True), tr)
+    assert report.ok, report
+    assert report.tokens_written < int(tr.prompt_tokens.sum() + (tr.output_tokens - 1).sum())
+
+
 def test_prefix_cache_hits_across_groups():
     """Five requests sharing a 20-token prefix: later ones take their hits from both groups (the sliding
     group only the blocks its window still reads) and the pool reads them back as written."""

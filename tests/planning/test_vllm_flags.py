@@ -139,6 +139,10 @@ def test_translate_and_split_argv():
                                        "--model", "m"], {"--tp", "--model"})
     assert rest == ["t.jsonl", "--tp", "2", "--model", "m"]
     assert flags == {"dtype": "half", "enforce_eager": True} and ignored == ["--port"]
+    # vLLM 0.33 deprecates --mamba-cache-mode with no effect (Mamba prefix caching follows
+    # --enable-prefix-caching): accepted and ignored
+    rest, flags, ignored = split_argv(["t.jsonl", "--mamba-cache-mode", "align", "--enable-prefix-caching"], set())
+    assert rest == ["t.jsonl"] and flags == {"prefix_caching": True} and ignored == ["--mamba-cache-mode"]
 
 
 def _json(tmp_path, *args):
@@ -177,3 +181,16 @@ def test_tune_block_size_and_report_take_vllm_flags(tmp_path):
     assert "--port" in res.output
     res = runner.invoke(app, ["tune-block-size", str(TINY), "--gpu-memory-utilisation", "0.5"])
     assert res.exit_code == 2
+
+
+def test_a_switch_not_given_keeps_the_runs_default():
+    """`kvsim run` passes its `--async-scheduling/--no-async-scheduling` as None when neither is given; that
+    must leave vLLM's default (on), not turn it off (the switch read None as false before)."""
+    from kvsim.engine.config import async_scheduling_on
+    from kvsim.planning.runs import make_config
+
+    assert translate({"async_scheduling": None}) == ({"async_scheduling": None}, [])
+    assert translate({"no_async_scheduling": True}) == ({"async_scheduling": False}, [])
+    cfg = make_config(model="opt-13b", gpu="a100-40gb")
+    assert async_scheduling_on(make_config(cfg, async_scheduling=None))
+    assert not async_scheduling_on(make_config(cfg, async_scheduling=False))

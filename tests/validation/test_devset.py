@@ -33,8 +33,9 @@ def test_calibrate_on_shortened_runs_says_what_it_kept(tmp_path):
     res = runner.invoke(app, ["calibrate", *runs, "-o", str(out), "--scale", "0.02", "--no-loo"])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
-    assert "every run is at TP 1" in doc["kept_at_base"]["allreduce_delta_s"]
-    assert doc["fitted_on"] == [Path(r).name for r in runs] and 0.2 <= doc["gpu_time_scale"] <= 5
+    assert "every run is at TP 1" in doc["kept_at_base"]["h100-80gb"]["allreduce_delta_s"]
+    assert doc["fitted_on"] == [Path(r).name for r in runs] and 0.2 <= doc["by_gpu"]["h100-80gb"]["gpu_time_scale"] <= 5
+    assert doc["gpu_time_scale"] == 1.0              # another GPU: the H100's efficiency does not carry
     val = runner.invoke(app, ["validate", runs[0], "--engine-profile", str(out), "--scale", "0.02",
                               "--json", str(tmp_path / "v.json"), "--quiet"])
     assert val.exit_code == 0, val.output

@@ -34,9 +34,14 @@ os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
 
-def spec_of(group: dict, block_size: int, max_model_len: int, pad_mamba: bool = False):
+def spec_of(group: dict, block_size: int, max_model_len: int, pad_mamba: bool = False, align: bool = False,
+            checkpoints: bool = False):
     """vLLM's spec of a case group; `pad_mamba`: a Mamba page padded to the attention page (as vLLM's
-    start-up makes every page the same size)."""
+    start-up makes every page the same size); `align`: prefix caching on, so a Mamba group runs vLLM's
+    "align" cache mode with blocks of `block_size` tokens (`MambaModelConfig.verify_and_update_config`
+    sets mamba_block_size = block_size, `Platform._align_hybrid_block_size` keeps it equal to the
+    attention block size); `checkpoints`: the Mamba layer exports a state from inside a prefill chunk, as
+    vLLM's Mamba-2 mixer declares (`MambaMixer2.get_kv_cache_spec`: one prefill checkpoint block, alignment 1)."""
     import torch
     from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec,
                                             SlidingWindowSpec)
@@ -51,6 +56,10 @@ def spec_of(group: dict, block_size: int, max_model_len: int, pad_mamba: bool = 
     # without prefix caching vLLM gives a Mamba group blocks of max_model_len tokens
     # (vllm/model_executor/models/config.py: mamba_block_size = max_model_len): one per request
     pad = 2 * block_size * 8 * 4 if pad_mamba else None    # (the attention page: K and V, 8 float32 per token)
+    if align:
+        extra = dict(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1) if checkpoints else {}
+        return MambaSpec(block_size=block_size, shapes=((2, 4),), dtypes=(torch.float32,), page_size_padded=pad,
+                         mamba_cache_mode="align", **extra)
     return MambaSpec(block_size=max_model_len, shapes=((2, 4),), dtypes=(torch.float32,), page_size_padded=pad)
 
 

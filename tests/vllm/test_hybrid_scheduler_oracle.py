@@ -101,7 +101,8 @@ def run_kvsim(case: dict) -> list[dict]:
     alloc = HybridAllocator(case["num_blocks"], bs, [GroupSpec(**case["groups"][g]) for g in order], case["max_model_len"],
                             max_in_flight_tokens=mbt * (2 if case.get("async_scheduling") else 1),
                             prefill_chunk_tokens=mbt, prefix_caching=bool(caching),
-                            retention_interval=None if retention == "none" else retention)
+                            retention_interval=None if retention == "none" else retention,
+                            mamba_checkpoints=bool(case.get("mamba_checkpoints")))
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_batched_tokens=mbt,
                                                     chunked_prefill=True), max_seq_len=case["max_model_len"],
                       block_ids=(lambda i: trace.prompt_block_ids(i, bs)) if caching else None)

@@ -45,7 +45,8 @@ def _model(name: str):
         return get_model(name)
     except ValueError:
         return load_hf_config(TESTS / "data" / "hf_configs" / f"{name}.json")
-#: (hybrid manager, --max-num-batched-tokens, prefix caching: Mamba's "align" mode, two state blocks)
+#: (hybrid manager, --max-num-batched-tokens, prefix caching: Mamba's "align" mode, two state blocks, three with
+#: the prefill checkpoint block of a Mamba-2 mixer, Nemotron-H)
 VARIANTS = ((True, 8192, False), (False, 8192, False), (True, 2048, False), (True, 8192, True))
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import warnings
+from dataclasses import replace
 from types import SimpleNamespace
 
 warnings.filterwarnings("ignore")
@@ -116,6 +117,14 @@ from vllm.model_executor.models import ModelRegistry  # noqa: E402
 ModelRegistry.resolve_model_cls = _resolve_with_fallback(ModelRegistry.resolve_model_cls)
 
 
+def _uses_mamba_mixer2(model_cls) -> bool:
+    """Whether vLLM's model module builds its Mamba layers as MambaMixer2 (Nemotron-H, Granite 4 hybrid,
+    Falcon-H1, Zamba2, Mamba-2), whose `get_kv_cache_spec` adds one prefill checkpoint block."""
+    import inspect
+    module = sys.modules[model_cls.__module__]
+    return module.__name__.startswith("vllm.model_executor.models") and "MambaMixer2(" in inspect.getsource(module)
+
+
 def mamba_model_class(case, config):
     """The vLLM model class whose state-shape classmethods size the Mamba layers."""
     return ModelRegistry.resolve_model_cls(case["architecture"], config.model_config)[0]
@@ -147,6 +156,8 @@ def layer_specs(case, config):
                 spec = MambaSpec(shapes=tuple(model_cls.get_mamba_state_shape_from_config(config)),
                                  dtypes=tuple(model_cls.get_mamba_state_dtype_from_config(config)),
                                  block_size=cache.mamba_block_size, page_size_padded=cache.mamba_page_size_padded)
+                if _uses_mamba_mixer2(model_cls):    # MambaMixer2.get_kv_cache_spec, word for word
+                    spec = replace(spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
             specs[name] = spec
     return specs
 

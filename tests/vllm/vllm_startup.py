@@ -10,7 +10,8 @@ way they do in `vllm serve`. The pool size is the case's `num_blocks` usable blo
 
 Case fields read here: "block_size", "num_blocks", "groups" ([{"kind": "full"|"sliding"|"chunked"|"mamba",
 "window", "chunk"}]), "max_num_batched_tokens", "max_num_seqs", "max_model_len", "caching",
-"retention" (absent: vLLM's default; "none": dense; an int), "async_scheduling" (absent: False).
+"retention" (absent: vLLM's default; "none": dense; an int), "async_scheduling" (absent: False),
+"mamba_checkpoints" (absent: False; true: Mamba layers that export prefill checkpoints, as Mamba-2's).
 """
 
 import json
@@ -45,7 +46,14 @@ def make_config(case: dict):
     # vLLM turns its hybrid KV cache manager off where the platform lacks it (`support_hybrid_kv_cache`:
     # CPU); on CUDA, the platform these cases stand for, it stays on (vllm/config/vllm.py)
     vc.scheduler_config.disable_hybrid_kv_cache_manager = False
-    specs = {f"model.layers.{g}.self_attn.attn": spec_of(group, bs, max_len, pad_mamba=True)
+    # a Mamba layer with prefix caching: vLLM's Mamba model configs switch the cache to "align" mode with
+    # Mamba blocks of the attention block size (`MambaModelConfig.verify_and_update_config`); the tiny
+    # Llama-shaped model here has no such config, so the case does it the same way
+    align = bool(case.get("caching")) and any(g["kind"] == "mamba" for g in case["groups"])
+    if align:
+        vc.cache_config.mamba_cache_mode, vc.cache_config.mamba_block_size = "align", bs
+    specs = {f"model.layers.{g}.self_attn.attn": spec_of(group, bs, max_len, pad_mamba=True, align=align,
+                                                         checkpoints=bool(case.get("mamba_checkpoints")))
              for g, group in enumerate(case["groups"])}
     return vc, specs
 

@@ -117,13 +117,17 @@ class HybridAccounting(GroupedSequences):
                 assert len(table) == rules.entries_for(seq.tokens), \
                     f"seq {seq_id} group {g}: {len(table)} entries for {seq.tokens} tokens"
                 assert all(b == NULL_BLOCK for b in table[:z]), f"seq {seq_id} group {g}: nulls not a prefix"
+                inner = sum(b == NULL_BLOCK for b in table[z:])      # (align-mode Mamba only, and before its last)
+                assert not inner or (rules.one_block and table[-1] != NULL_BLOCK), f"seq {seq_id} group {g}: inner null"
                 assert z <= rules.most_nulls(seq.tokens), \
                     f"seq {seq_id} group {g}: {z} entries nulled, more than its window skips"
                 for k, b in enumerate(table[z:], start=z):
-                    assert b != NULL_BLOCK and 0 <= b < self._top, f"seq {seq_id} group {g}: bad block {b}"
+                    if b == NULL_BLOCK:
+                        continue
+                    assert 0 <= b < self._top, f"seq {seq_id} group {g}: bad block {b}"
                     holders.setdefault(b, []).append((seq_id, g, k))
-                held[g] += len(table) - z
-                nulls[g] += z
+                held[g] += len(table) - z - inner
+                nulls[g] += z + inner
                 reach[g] += min(seq.final, len(table) * bs)
                 for c in range(seq.tokens, min(seq.event, seq.tokens + 3 * bs)):   # nothing moves before it
                     assert rules.skipped_entries(c) <= z and rules.entries_for(c + 1) <= len(table), \

@@ -19,9 +19,10 @@ cached blocks (least recently freed first), so block ids equal vLLM's minus one 
 Invariants (`check_invariants`): every pool block is exactly one of free (in `_free`, never used: id
 >= `_top`, or evictable) or held; without prefix caching a held block is in exactly one (sequence, group)
 entry, with it in as many entries of one group as its reference count (hits share full blocks); the
-nulls of a table are a prefix; a table has `entries_for(tokens)` entries; the counters `_sum_tokens`,
-`_held`, `_nulls`, `_reach`, `_dup` equal their sums over live sequences. Refused with ValueError: more
-than one sequence per request (forks: parallel samples, beams), prefix caching with a Mamba group.
+nulls of a table are a prefix (a Mamba group in align mode may also hold nulls between its two state
+blocks: kvsim/alloc/hybrid/mamba.py); a table has `entries_for(tokens)` entries; the counters `_sum_tokens`,
+`_held`, `_nulls` (null entries), `_reach`, `_dup` equal their sums over live sequences. Refused with
+ValueError: more than one sequence per request (forks: parallel samples, beams).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Sequence
 from kvsim.alloc.base import AllocationError
 from kvsim.alloc.paged.prefix import PrefixCache
 from kvsim.alloc.hybrid.accounting import HybridAccounting
-from kvsim.alloc.hybrid.groups import NULL_BLOCK, GroupSpec, make_rules
+from kvsim.alloc.hybrid.groups import NEVER, NULL_BLOCK, GroupSpec, make_rules
+from kvsim.alloc.hybrid.mamba import HybridMamba
 from kvsim.alloc.hybrid.prefix import HybridPrefix
 from kvsim.alloc.hybrid.retention import DEFAULT_RETENTION
 from kvsim.alloc.hybrid.ticks import HybridTicks
@@ -59,21 +61,25 @@ class _Seq:
     marks: tuple = ()         # prefix caching: its reachable token boundaries (retention.py)
     lag_from: int = -1        # async scheduling: its last growth, from lag_from to lag_to tokens (`_processed`)
     lag_to: int = -1          # (hits count as grown-from: `allocate`)
+    junction: int = 0         # prefix caching: vLLM's shared_prefix_boundary at its admission (0: none)
+    prefill_end: int = 0      # align-mode Mamba: vLLM's prefill end (mamba.py `_prefill_end`)
 
 
-class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows):
+class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows, HybridMamba):
     """One shared block pool under per-group block tables (vLLM's hybrid KV cache manager).
 
     `groups`: the KV cache groups in vLLM's order. `max_model_len` and `max_in_flight_tokens` (vLLM's
     `VllmConfig.max_in_flight_tokens`: concurrent batches x max_num_batched_tokens) set the sliding and
     chunked groups' admission cap. `prefill_chunk_tokens`: the most tokens a first allocation takes
     (None: a whole prompt), which bounds `peak_slots`. `prefix_caching`: vLLM's automatic prefix caching
-    (prefix.py), sliding groups thinned by `retention_interval` (vLLM's --prefix-cache-retention-interval:
-    0, a multiple of block_size, or None; retention.py)."""
+    (prefix.py; Mamba groups then in vLLM's "align" mode, mamba.py), sliding and Mamba groups thinned by
+    `retention_interval` (vLLM's --prefix-cache-retention-interval: 0, a multiple of block_size, or None;
+    retention.py)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[GroupSpec], max_model_len: int,
                  max_in_flight_tokens: int, prefill_chunk_tokens: int | None = None,
-                 prefix_caching: bool = False, retention_interval: int | None = DEFAULT_RETENTION) -> None:
+                 prefix_caching: bool = False, retention_interval: int | None = DEFAULT_RETENTION,
+                 mamba_checkpoints: bool = False) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks} and {block_size}")
         if not groups or not all(isinstance(g, GroupSpec) for g in groups):
@@ -81,19 +87,17 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if max_model_len < 1 or max_in_flight_tokens < 1:
             raise ValueError(f"max_model_len and max_in_flight_tokens must be >= 1, "
                              f"got {max_model_len} and {max_in_flight_tokens}")
-        if prefix_caching and any(g.kind == "mamba" for g in groups):
-            raise ValueError("prefix caching with a Mamba group is not modelled (vLLM needs its 'align' "
-                             "Mamba cache mode for it); run without prefix caching")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.capacity_tokens = num_blocks * block_size
         self.groups = tuple(groups)
-        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens) for g in groups]
+        self.rules = [make_rules(g, block_size, max_model_len, max_in_flight_tokens, prefix_caching,
+                                 mamba_checkpoints) for g in groups]
         self.prefill_chunk_tokens = prefill_chunk_tokens
         # decode steps free blocks (a sliding or chunked group): a waiting request may fit after any
         # step, so the scheduler runs no fast-forward window while one waits (Scheduler.steady_decodes)
-        self.frees_while_decoding = any(g.kind in ("sliding", "chunked") for g in self.groups)
-        self._dropping = [(g, r) for g, r in enumerate(self.rules) if self.groups[g].kind in ("sliding", "chunked")]
-        self._taking = [(g, r) for g, r in enumerate(self.rules) if not r.state_block]   # (hot-loop subsets)
+        self._dropping = [(g, r) for g, r in enumerate(self.rules) if r.next_drop(0) < NEVER]
+        self.frees_while_decoding = bool(self._dropping)
+        self._taking = [(g, r) for g, r in enumerate(self.rules) if r.takes]   # (hot-loop subsets)
         # the decode fast path's views: groups taking entries (`FullRules.next_take`), bound `next_drop`s
         self._take_ids = [g for g, _ in self._taking]
         self._drop_next = [(g, r.next_drop) for g, r in self._dropping]
@@ -113,6 +117,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         self._sparse = self._sparse_groups(retention_interval, prefix_caching)
         self._clock = self._ticking = self._joins = 0      # lazy decode ticks (HybridTicks)
         self._due, self._pending = {}, None    # tick -> [(join key, sequence)]; a tick left half done
+        self._fresh, self.mamba_checkpoints = set(), mamba_checkpoints
+        self._mamba_init()
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -121,28 +127,14 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         free = self.num_blocks - self._top + len(self._free)
         return free if self._cache is None else free + self._cache.num_evictable
 
-    def _drop_skipped(self, seq: _Seq) -> None:
-        """Null and free the leading entries of `seq`'s tables that no later token reads (vLLM's
-        `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
-        freed blocks, newest first, go to the front of the free queue."""
-        computed = seq.tokens if not self.async_lag else self._processed(seq)
-        for g, rules in self._dropping:
-            skip = rules.skipped_entries(computed)
-            z = seq.nulls[g]
-            if skip > z:
-                table = seq.tables[g]
-                skip = min(skip, len(table))
-                dropped = table[z:skip]
-                table[z:skip] = [NULL_BLOCK] * len(dropped)
-                if self._cache is None:
-                    self._free.extendleft(dropped)   # (so the front reads dropped[-1], ..., dropped[0])
-                else:
-                    self._release(g, dropped[::-1])
-                self._held[g] -= len(dropped)
-                self._nulls[g] += len(dropped)
-                self._freed[g] += len(dropped)
-                seq.nulls[g] = skip
-        # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
+    def _need(self, seq: _Seq, num_tokens: int) -> int:
+        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
+        need, new, tables = 0, seq.tokens + num_tokens, seq.tables
+        for g, rules in self._taking:
+            more = rules.entries_for(new) - len(tables[g])
+            if more > 0:
+                need += (2 if self._checkpoint(seq.tokens, new, seq.prefill_end) else 1) if rules.one_block else more
+        return need
 
     # ---- allocate / grow / free ----------------------------------------------------------------
     def can_allocate(self, num_tokens: int, final_tokens: int = 0, block_hashes: Sequence[int] = (),
@@ -153,7 +145,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if self._cache is None:
             return sum(r.admission_blocks(num_tokens) for r in self.rules) <= self.num_free_blocks
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
-        return self._blocks_to_allocate(num_tokens, hit, tables, True) <= self.num_free_blocks
+        return self._blocks_to_allocate(num_tokens, hit, tables, True, seq_id, num_tokens) <= self.num_free_blocks
 
     def can_hold(self, hold_tokens: int, num_tokens: int, block_hashes: Sequence[int] = (),
                  seq_id: int | None = None) -> bool:
@@ -163,7 +155,8 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if self._cache is None:
             return sum(r.entries_for(hold_tokens) for r in self.rules) <= self.num_free_blocks
         hit, tables = self.find_hits(num_tokens, block_hashes, seq_id)
-        return self._blocks_to_allocate(max(hold_tokens, hit), hit, tables, False) <= self.num_free_blocks
+        return (self._blocks_to_allocate(max(hold_tokens, hit), hit, tables, False, seq_id, num_tokens)
+                <= self.num_free_blocks)
 
     def allocate(self, seq_id: int, num_tokens: int, final_tokens: int,
                  block_hashes: Sequence[int] = (), hold_tokens: int | None = None) -> int:
@@ -172,20 +165,21 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         the rest come by `append`. Returns the tokens the prefix cache served."""
         hit, hits, hold = self._admit(seq_id, num_tokens, block_hashes, hold_tokens)
         ng = len(self.rules)
-        need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False)
+        need = self._blocks_to_allocate(hold, hit, hits or [[]] * ng, False, seq_id, num_tokens)
         if need > self.num_free_blocks:
             raise AllocationError(f"sequence {seq_id}: {need} blocks needed, {self.num_free_blocks} free")
         final, bs = max(final_tokens, num_tokens), self.block_size
         seq = self._seqs[seq_id] = _Seq([[] for _ in range(ng)], [0] * ng, hold, final, lag_from=hit, lag_to=hold)
         if hits is not None:
             seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
+            seq.junction, seq.prefill_end = self._junction, self._prefill_end(seq_id, num_tokens)
             self._adopt_hits(seq, hit, hits, num_tokens)
+        ckpt = self._checkpoint(hit, hold, seq.prefill_end)
         for g, rules in enumerate(self.rules):
             table = seq.tables[g]
             more = rules.entries_for(hold) - len(table)
             if more > 0:
-                table.extend(self._take(more))
-                self._held[g] += more
+                self._extend(table, g, rules, more, ckpt)
             self._reach[g] += min(final, len(table) * bs)
         self._sum_tokens += hold
         if hits is not None:
@@ -241,13 +235,13 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         """Take the blocks of `num_tokens` more tokens in every group (after `_drop_skipped`)."""
         bs, new = self.block_size, seq.tokens + num_tokens
         final = max(seq.final, new)
+        ckpt = num_tokens > 1 and self._checkpoint(seq.tokens, new, seq.prefill_end)
         for g, rules in (self._taking if final == seq.final else enumerate(self.rules)):
             table = seq.tables[g]
             entries = len(table)
             more = rules.entries_for(new) - entries
             if more > 0:
-                table.extend(self._take(more))
-                self._held[g] += more
+                self._extend(table, g, rules, more, ckpt)
             if more > 0 or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
         seq.lag_from, seq.lag_to, seq.tokens, seq.final = seq.tokens, new, new, final
@@ -267,6 +261,9 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         bs = self.block_size
         for g, table in enumerate(seq.tables):
             held = table[seq.nulls[g]:]
+            if self.rules[g].one_block:
+                held = [b for b in held if b != NULL_BLOCK]
+                self._nulls[g] -= len(table) - seq.nulls[g] - len(held)
             if self._cache is None:
                 self._free.extendleft(held)
             else:

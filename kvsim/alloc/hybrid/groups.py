@@ -55,7 +55,9 @@ class GroupSpec:
 class FullRules:
     """Full attention (and MLA): every token's block is kept until the sequence is freed."""
 
-    state_block = False      # True: one constant block whose slots all count as state (Mamba)
+    state_block = False      # True: its blocks' slots all count as state (Mamba)
+    takes = True             # False: its table never grows (Mamba without prefix caching)
+    one_block = False        # True: a growth takes one block, at its last entry, nulls before it
 
     def __init__(self, block_size: int, cap_blocks: int | None = None) -> None:
         self.block_size = block_size
@@ -182,6 +184,7 @@ class MambaRules(FullRules):
     """Mamba / linear attention: one state block per sequence, whatever its length."""
 
     state_block = True
+    takes = False
 
     def entries_for(self, num_tokens: int) -> int:
         return 1
@@ -193,8 +196,49 @@ class MambaRules(FullRules):
         return 1
 
 
-def make_rules(spec: GroupSpec, block_size: int, max_model_len: int, max_in_flight_tokens: int) -> FullRules:
-    """The rules of group `spec`, with vLLM's per-request admission cap for the recycling kinds."""
+class MambaAlignRules(FullRules):
+    """Mamba with prefix caching: vLLM 0.33's "align" cache mode (`MambaManager`, mamba_cache_mode
+    "align", blocks of block_size tokens). The table is positional, cdiv(C, block_size) entries, entry k
+    the state after (k + 1) x block_size tokens; a sequence holds only its running state block (the one
+    of its last computed token: `get_num_skipped_tokens` = C - 1, whole blocks before it freed) and, for
+    the step that crosses a block boundary, the new one: a growth takes ONE block at the last entry,
+    nulls between (`allocate_new_blocks`; `one_block`), and asks the free pool for at most one
+    (`get_num_blocks_to_allocate`'s physical cap, also at admission). A hit is the latest cached state
+    at or before the candidate length, searched right to left (`find_longest_cache_hit`)."""
+
+    state_block = True
+    one_block = True
+    window = 2          # (its skip, (C - 1) // block_size, is a sliding window of 2 tokens': ticks.py)
+
+    def __init__(self, block_size: int, checkpoints: bool = False) -> None:
+        super().__init__(block_size)
+        self.peak = 3 if checkpoints else 2     # (a prefill checkpoint: one more beside the two states)
+
+    def skipped_entries(self, computed: int) -> int:
+        return (computed - 1) // self.block_size if computed > 0 else 0
+
+    def most_nulls(self, tokens: int) -> int:
+        return self.entries_for(tokens) - 1
+
+    def next_drop(self, nulls: int) -> int:
+        return (nulls + 1) * self.block_size + 1
+
+    def find_hit(self, lookup, max_length: int) -> tuple[list, int]:
+        for k in range(max_length // self.block_size - 1, -1, -1):
+            found = lookup(k)
+            if found is not None:
+                return [NULL_BLOCK] * k + [found], (k + 1) * self.block_size
+        return [], 0
+
+    def peak_blocks(self, num_tokens: int, final_tokens: int, first_tokens: int) -> int:
+        return self.peak
+
+
+def make_rules(spec: GroupSpec, block_size: int, max_model_len: int, max_in_flight_tokens: int,
+               align: bool = False, checkpoints: bool = False) -> FullRules:
+    """The rules of group `spec`, with vLLM's per-request admission cap for the recycling kinds; `align`:
+    a Mamba group in vLLM's "align" cache mode (prefix caching on), `checkpoints` with prefill
+    checkpoint blocks (kvsim/alloc/hybrid/mamba.py)."""
     cdiv = lambda a: -(-a // block_size)   # noqa: E731
     if spec.kind == "sliding":
         cap = cdiv(min(spec.window - 1 + max_in_flight_tokens, max_model_len)) + 1
@@ -202,5 +246,5 @@ def make_rules(spec: GroupSpec, block_size: int, max_model_len: int, max_in_flig
     if spec.kind == "chunked":
         return ChunkedRules(block_size, spec.chunk, cdiv(min(spec.chunk + max_in_flight_tokens, max_model_len)))
     if spec.kind == "mamba":
-        return MambaRules(block_size)
+        return MambaAlignRules(block_size, checkpoints) if align else MambaRules(block_size)
     return FullRules(block_size)

@@ -12,8 +12,9 @@ group only the current chunk's. Where a group served more than the agreed hit, t
 sequence's junction (vLLM's `shared_prefix_boundary`), whose sliding blocks it then caches. Hashes: the trace's chained content ids for shareable prompt blocks, then blocks keyed
 by the sequence id (kvsim/alloc/paged/prefix.py `unique_hashes`), as the paged allocator does.
 Freed cached blocks stay cached at the end of the free queue (evicted least recently freed first);
-uncached ones go to its front (vLLM 0.33's `BlockPool.free_blocks`). Mamba groups are refused with
-prefix caching (vLLM needs its "align" Mamba cache mode for that).
+uncached ones go to its front (vLLM 0.33's `BlockPool.free_blocks`). Mamba groups run vLLM's "align" mode
+(kvsim/alloc/hybrid/mamba.py): a hit is the latest cached state at or before the candidate, and their
+state blocks are thinned by the retention interval too (retention.py `mamba_mask`).
 """
 
 from __future__ import annotations
@@ -22,18 +23,19 @@ from typing import Sequence
 
 from kvsim.alloc.paged.prefix import chain_hashes, unique_hashes
 from kvsim.alloc.hybrid.groups import NULL_BLOCK
-from kvsim.alloc.hybrid.retention import check_retention, reachable_mask
+from kvsim.alloc.hybrid.retention import check_retention, mamba_mask, reachable_mask
 
 
 class HybridPrefix:
     """`cached_tokens` and the hit / registration helpers of `HybridAllocator` (`_cache` not None)."""
 
     def _sparse_groups(self, interval: int | None, caching: bool) -> list[int]:
-        """Check `interval` as vLLM does (ValueError) and keep it; the sliding groups it thins when caching."""
+        """Check `interval` as vLLM does (ValueError) and keep it; the sliding and Mamba groups it thins
+        when caching."""
         check_retention(interval, self.block_size, [g.kind for g in self.groups])
         self.retention_interval, self._prompts = interval, {}     # (_prompts: sequence id -> first tokens)
         sparse = caching and interval is not None
-        return [g for g, spec in enumerate(self.groups) if sparse and spec.kind == "sliding"]
+        return [g for g, spec in enumerate(self.groups) if sparse and spec.kind in ("sliding", "mamba")]
 
     def _spec_groups(self) -> list[list[int]]:
         """Group indices by equal spec, full attention first (vLLM's `verify_and_split_kv_cache_groups`)."""
@@ -119,15 +121,21 @@ class HybridPrefix:
         """Leading tokens of a new sequence of `num_tokens` the prefix cache serves now (0 without one)."""
         return 0 if self._cache is None else self.find_hits(num_tokens, block_hashes, seq_id)[0]
 
-    def _blocks_to_allocate(self, num_tokens: int, hit: int, tables: list[list[int]], capped: bool) -> int:
+    def _blocks_to_allocate(self, num_tokens: int, hit: int, tables: list[list[int]], capped: bool,
+                            seq_id: int | None = None, full: int = 0) -> int:
         """Blocks a new sequence with these hits takes from the free blocks to hold `num_tokens` (vLLM's
         `get_num_blocks_to_allocate` summed over groups): new blocks past its hits and skipped head, plus
-        the hit blocks now evictable (a hit takes them out of the free queue)."""
+        the hit blocks now evictable (a hit takes them out of the free queue). `seq_id`, `full`: the
+        sequence and its tokens (align-mode Mamba's prefill checkpoint depends on them)."""
         total, evictable = 0, self._cache.is_evictable if self._cache is not None else None
+        if self._fresh and self._fresh_hit(tables):
+            return self.num_blocks + 1          # (vLLM: num_gpu_blocks + 1, so the request waits a step)
+        one = 2 if self._checkpoint(hit, num_tokens, self._prefill_end(seq_id, full)) else 1
         for rules, found in zip(self.rules, tables):
             need = rules.admission_blocks(num_tokens) if capped else rules.entries_for(num_tokens)
             skipped = rules.skipped_entries(hit)
-            total += max(need - max(skipped, len(found)), 0)
+            more = need - max(skipped, len(found))
+            total += (one if rules.one_block else more) if more > 0 else 0
             if evictable is not None:
                 total += sum(1 for b in found[skipped:] if b != NULL_BLOCK and evictable(b))
         return total
@@ -169,11 +177,16 @@ class HybridPrefix:
             hashes = seq.hashes = hashes + unique_hashes(seq.salt, len(hashes), full)
         register = self._cache.register
         for g, table in enumerate(seq.tables):
-            mask = None if g not in self._sparse else reachable_mask(
-                seq.cached[g], full, self.block_size, self.groups[g].window, self.retention_interval, seq.marks)
+            mask = None
+            if g in self._sparse:
+                mask = (mamba_mask(seq.cached[g], full, self.block_size, self.retention_interval, seq.marks)
+                        if self.rules[g].one_block else reachable_mask(seq.cached[g], full, self.block_size,
+                                                                       self.groups[g].window, self.retention_interval, seq.marks))
             for k in range(seq.cached[g], full):
                 if table[k] != NULL_BLOCK and (mask is None or mask[k - seq.cached[g]]):
                     register((hashes[k], g), table[k])
+                    if self.rules[g].one_block:
+                        self._fresh.add((hashes[k], g))
             seq.cached[g] = full
 
     def _release(self, g: int, blocks: list[int]) -> None:

@@ -12,8 +12,12 @@ by `cache_blocks` with the coordinator's `replay_boundaries` and the request's `
   beyond what the sliding group could serve: `HybridPrefix._find_hits`'s `junction`);
 - a positive multiple R of the block size: those, plus the last `need` blocks of every R-token segment
   (every block if `need` >= R / block_size).
-Full-attention and chunked-local groups cache densely whatever the interval; Mamba groups follow it too in
-vLLM (kvsim refuses prefix caching with Mamba). Without EAGLE and with one block size for all groups
+Full-attention and chunked-local groups cache densely whatever the interval. A Mamba group (vLLM's "align"
+mode: kvsim/alloc/hybrid/groups.py `MambaAlignRules`) keeps state snapshots the same way
+(`MambaManager.reachable_block_mask`, `mamba_mask`): a hit needs only the one block ending at a boundary,
+so `0` keeps the blocks ending at the block-floored replay boundary and junction, a positive R also the
+last block of every R-token segment (every block if R <= block_size), `None` every block; only blocks that
+hold a state at all (a prefill chunk's end, or a decode step's) can be cached. Without EAGLE and with one block size for all groups
 (kvsim's hybrid allocator), vLLM's alignment is the block size; this module assumes both.
 """
 
@@ -62,4 +66,25 @@ def reachable_mask(start: int, end: int, block_size: int, window: int, interval:
             last = boundary // block_size           # (the block-floored boundary, in blocks)
             for j in range(max(start, last - need), min(end, last)):
                 mask[j - start] = True
+    return mask
+
+
+def mamba_mask(start: int, end: int, block_size: int, interval: int | None,
+               boundaries: Sequence[int]) -> list[bool] | None:
+    """Per block index in [start, end): whether a Mamba group caches its state block (None: every block);
+    vLLM's `MambaManager.reachable_block_mask` with alignment = block size."""
+    if interval is None:
+        return None
+    mask = [False] * (end - start)
+    if interval:
+        per_segment = interval // block_size
+        if per_segment <= 1:
+            return None
+        first = (start + per_segment) // per_segment * per_segment - 1
+        for i in range(first - start, len(mask), per_segment):
+            mask[i] = True
+    for boundary in boundaries:
+        block = boundary // block_size - 1
+        if start <= block < end:
+            mask[block - start] = True
     return mask

@@ -76,7 +76,7 @@ class HybridTicks(JoinsEach):
         if seq.at >= 0:
             raise AllocationError(f"sequence {seq_id} is already ticking")
         if self._tick_drops is None:
-            self._tick_drops = [(g, self.groups[g].window, self.groups[g].chunk) for g, _ in self._dropping]
+            self._tick_drops = [(g, getattr(r, "window", 0), getattr(r, "chunk", 0)) for g, r in self._dropping]
         seq.at, seq.key = self._clock, self._joins
         self._joins += 1
         self._ticking += 1
@@ -149,6 +149,8 @@ class HybridTicks(JoinsEach):
                     skip = len(table)
                 dropped = table[z:skip]
                 table[z:skip] = [NULL_BLOCK] * len(dropped)
+                if NULL_BLOCK in dropped:     # (align-mode Mamba: nulls between its state blocks)
+                    dropped = [b for b in dropped if b != NULL_BLOCK]
                 if cache is None:
                     self._free.extendleft(dropped)
                 else:

@@ -13,11 +13,11 @@ from heapq import heappop, heappush
 from typing import Sequence
 
 from kvsim.alloc.base import MemoryStats
-from kvsim.alloc.hybrid.groups import NEVER
+from kvsim.alloc.hybrid.groups import NEVER, NULL_BLOCK
 
 
 class HybridWindows:
-    """`_set_event`, `decode_window` / `append_steps` of `HybridAllocator`, and the async-scheduling lag
+    """`_drop_skipped`, `_set_event`, `decode_window` / `append_steps` of `HybridAllocator`, and the async-scheduling lag
     of its window frees (`async_lag`, `_processed`, `hold_still`)."""
 
     #: vLLM's async scheduling (kvsim/engine/batching/settle.py sets it): windows free blocks only from
@@ -46,14 +46,30 @@ class HybridWindows:
         seq = self._seq(seq_id)
         seq.lag_from = seq.lag_to = seq.tokens
 
-    def _need(self, seq, num_tokens: int) -> int:
-        """Blocks `seq` takes to grow by `num_tokens` (after `_drop_skipped`)."""
-        need, new, tables = 0, seq.tokens + num_tokens, seq.tables
-        for g, rules in self._taking:
-            more = rules.entries_for(new) - len(tables[g])
-            if more > 0:
-                need += more
-        return need
+    def _drop_skipped(self, seq) -> None:
+        """Null and free the leading entries of `seq`'s tables that no later token reads (vLLM's
+        `remove_skipped_blocks`, which `allocate_slots` runs before it counts free blocks): each group's
+        freed blocks, newest first, go to the front of the free queue."""
+        computed = seq.tokens if not self.async_lag else self._processed(seq)
+        for g, rules in self._dropping:
+            skip = rules.skipped_entries(computed)
+            z = seq.nulls[g]
+            if skip > z:
+                table = seq.tables[g]
+                skip = min(skip, len(table))
+                dropped = table[z:skip]
+                table[z:skip] = [NULL_BLOCK] * len(dropped)
+                if rules.one_block:         # (align-mode Mamba: nulls between its state blocks)
+                    dropped = [b for b in dropped if b != NULL_BLOCK]
+                if self._cache is None:
+                    self._free.extendleft(dropped)   # (so the front reads dropped[-1], ..., dropped[0])
+                else:
+                    self._release(g, dropped[::-1])
+                self._held[g] -= len(dropped)
+                self._nulls[g] += len(dropped)
+                self._freed[g] += len(dropped)
+                seq.nulls[g] = skip
+        # (`seq.event` may now be early, never late: an early event only sends it down the slow path)
 
     def _give_blocks(self, seq, takers: list[int]) -> None:
         """Append a block from the pool to each of `seq`'s groups `takers` (as many free, checked)."""
@@ -156,7 +172,7 @@ class HybridWindows:
                         drops += skip - nulls[g]
                     else:        # a block shared through the prefix cache is not freed (counted safe)
                         table = seqs[k].tables[g]
-                        drops += sum(i >= len(table) or ref[table[i]] == 1 for i in range(nulls[g], skip))
+                        drops += sum(i >= len(table) or ref.get(table[i]) == 1 for i in range(nulls[g], skip))
                     nulls[g] = skip
                 more = r.entries_for(computed + 1) - entries[g]
                 if more > 0:

@@ -39,6 +39,7 @@ class Admission:
         can_hold = getattr(alloc, "can_hold", None)   # optional: whether this step's blocks fit
         take_loaded = getattr(alloc, "take_loaded_tokens", None) if self.block_ids else None
         admission = getattr(alloc, "admission", None)   # (paged: `can_allocate` and `cached_tokens` at once)
+        clip = getattr(alloc, "clip_chunk", None)       # (hybrid, Mamba prefix caching: block-aligned chunks)
         plan.limited_by = _BUDGET           # what stops admission while requests wait
         if self._lazy and can_hold is None and self.stride == 1 and (admission is not None or not self.block_ids):
             return self._admit_one_each(plan, budget, now)
@@ -75,7 +76,12 @@ class Admission:
             compute = base - hit + own * len(seqs)
             if not chunked and compute > budget and (plan.prefills or plan.decodes):
                 break       # (a lone prefill may exceed the budget: a recomputed request can)
-            hold = need if many or not chunked else need - compute + min(compute, budget)
+            chunk = min(compute, budget)
+            if clip is not None:
+                chunk = clip(None, need - compute, chunk, prompt[i], need, cfg.max_batched_tokens)
+                if not chunk:
+                    break       # (vLLM: no block-aligned chunk fits the budget; admission stops)
+            hold = need if many or not chunked else need - compute + chunk
             if can_hold is not None and not can_hold(min(hold, base), base, ids, first):
                 plan.limited_by = _KV       # (hybrid: the first chunk's blocks, hits counted, must fit too)
                 break
@@ -97,7 +103,7 @@ class Admission:
                 self.admitted_prompt_tokens += prompt[i]
             self.running.append(i)
             self.running_seqs += n[i]
-            budget -= self._prefill_chunk(i, plan, budget)
+            budget -= self._prefill_chunk(i, plan, budget if clip is None else chunk)
 
     def _admit_one_each(self, plan: StepPlan, budget: int, now: float) -> None:
         """`_admit` where every request is one sequence (id = request index) and the allocator answers

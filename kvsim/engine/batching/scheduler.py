@@ -20,6 +20,7 @@ from __future__ import annotations
 from kvsim.alloc.base import MemoryStats
 from kvsim.alloc.contiguous.allocator import ContiguousAllocator
 from kvsim.engine.batching.admission import Admission
+from kvsim.engine.batching.in_order import InOrderRunning
 from kvsim.engine.batching.lazy_decode import LazyDecodes
 from kvsim.engine.batching.preemption import Preemption
 from kvsim.engine.batching.request_state import SchedulerBase
@@ -33,7 +34,7 @@ def _no_lag(seq_id: int) -> None:
     """`hold_still` of an allocator whose frees do not depend on the tokens in flight."""
 
 
-class Scheduler(LazyDecodes, Admission, Preemption, AsyncSettle, SchedulerBase):
+class Scheduler(LazyDecodes, Admission, InOrderRunning, Preemption, AsyncSettle, SchedulerBase):
     """FCFS continuous batching of a trace's requests over one allocator (decode steps of one-sequence
     requests lazily where the allocator can: kvsim/engine/batching/lazy_decode.py)."""
 
@@ -48,6 +49,9 @@ class Scheduler(LazyDecodes, Admission, Preemption, AsyncSettle, SchedulerBase):
         """Plan the next step and allocate its memory; None when there is nothing to run. With
         `separate_prefill` (vLLM v0) a step that admits prompts runs only them; the running requests
         decode in the next step that admits none."""
+        new_step = getattr(self.alloc, "new_step", None)    # (hybrid, Mamba prefix caching)
+        if new_step is not None:
+            new_step()
         if self.cfg.separate_prefill and self.waiting and not self.swapped:
             plan = StepPlan()
             self._admit(plan, self.cfg.max_batched_tokens, now)
@@ -59,9 +63,13 @@ class Scheduler(LazyDecodes, Admission, Preemption, AsyncSettle, SchedulerBase):
                 plan = StepPlan()
         else:
             plan = StepPlan()
-        preempted = self._grow_running(plan)
-        budget = self.cfg.max_batched_tokens - plan.decode_seqs
-        if self.cfg.chunked_prefill:
+        clip = getattr(self.alloc, "clip_chunk", None)
+        if clip is not None:                # (Mamba prefix caching: vLLM's running loop, in order)
+            budget, preempted = self._run_in_order(plan, clip)
+        else:
+            preempted = self._grow_running(plan)
+            budget = self.cfg.max_batched_tokens - plan.decode_seqs
+        if self.cfg.chunked_prefill and clip is None:
             budget, preempted_chunk = self._continue_prefills(plan, budget)
             preempted = preempted or preempted_chunk
         if preempted or self.swapped:      # vLLM v0: no new prompt while any sequence is swapped out

@@ -158,8 +158,6 @@ def test_what_it_refuses():
         GroupSpec("chunked", chunk=0)
     with pytest.raises(ValueError, match="sliding only"):
         GroupSpec("full", window=4)
-    with pytest.raises(ValueError, match="prefix caching with a Mamba group"):
-        HybridAllocator(10, 2, [FULL, MAMBA], 64, 8, prefix_caching=True)
     with pytest.raises(ValueError, match="non-empty sequence of GroupSpec"):
         HybridAllocator(10, 2, [], 64, 8)
     a = make([FULL, MAMBA])
@@ -235,4 +233,26 @@ def test_twin_groups_diverging_under_prefix_caching_are_summed_not_multiplied():
     assert a.group_block_tables(4) == [[1], [3]] and a.group_block_tables(3) == [[1], [2]]
     record = a.stats()
     assert record.group0_blocks == 3
+    a.check_invariants()
+
+
+def test_mamba_with_prefix_caching_runs_vllms_align_mode():
+    """vLLM 0.33's "align" mode (kvsim/alloc/hybrid/mamba.py), worked by hand at block 2: a 6-token prompt
+    takes 3 full blocks and ONE Mamba state block at entry 2 (nulls before it); the 7th token crosses a
+    block boundary: a new state block beside the old one; the 8th frees the old one (C - 1 = 6 tokens
+    skipped: 3 whole blocks)."""
+    a = HybridAllocator(10, 2, [FULL, MAMBA], 64, 8, prefix_caching=True)
+    a.allocate(0, 6, 9)
+    assert a.group_block_tables(0) == [[0, 1, 2], [-1, -1, 3]]
+    a.append(0)
+    assert a.group_block_tables(0) == [[0, 1, 2, 4], [-1, -1, 3, 5]]
+    a.check_invariants()
+    a.append(0)
+    assert a.group_block_tables(0) == [[0, 1, 2, 4], [-1, -1, -1, 5]]
+    assert [g.used_blocks for g in a.group_stats()] == [4, 1]
+    a.check_invariants()
+    # a chunk stops at the last block boundary before the prompt's last token, and at a junction
+    assert a.clip_chunk(None, 0, 8, 9, 9, 8) == 8 and a.clip_chunk(None, 0, 9, 10, 10, 8) == 8
+    assert a.clip_chunk(None, 0, 7, 20, 20, 8) == 6       # (a chunk short of the prompt ends on a block)
+    a.free(0)
     a.check_invariants()

@@ -3,7 +3,11 @@ hybrid allocator over random KV cache groups, with `check_invariants()` after ev
 must agree with is written here from vLLM 0.33's rules, independently of kvsim/alloc/hybrid/groups.py:
 a table has cdiv(tokens, block_size) entries (Mamba: 1), and its leading whole blocks skipped at the last
 growth, or at its prefix-cache hit (sliding: max(0, C - W + 1) tokens, chunked: C // chunk x chunk), hold
-no block. Prefix caching (no Mamba group) on in half the runs, prompts drawn from three shared families.
+no block. Prefix caching on in half the runs, prompts drawn from three shared families; a Mamba group then
+runs vLLM's "align" mode (`MambaManager`): cdiv(tokens, block_size) entries, of which only the last (the
+running state) and, when C > 0 tokens were computed at the last growth, entry (C - 1) // block_size (the
+state it grew from, freed at the next growth) hold a block, and with prefill checkpoint blocks (vLLM's
+Mamba-2 spec) the entry before the last may too.
 One vLLM quirk: with a chunk that is not a multiple of the block size, a chunked group's hit of H tokens
 can null up to H / block_size entries (vLLM nulls the blocks before the chunk of the candidate length,
 then cuts the hit where the chunk's blocks miss: `test_a_chunked_hit_can_null_more_than_it_skips`)."""
@@ -42,12 +46,11 @@ class HybridMachine(RuleBasedStateMachine):
         self.next_id = 0
 
     @initialize(groups=st.lists(group_specs, min_size=1, max_size=3), block_size=st.integers(1, 4),
-                num_blocks=st.integers(1, 40), caching=st.booleans())
-    def build(self, groups, block_size, num_blocks, caching):
-        caching = caching and not any(g.kind == "mamba" for g in groups)
+                num_blocks=st.integers(1, 40), caching=st.booleans(), checkpoints=st.booleans())
+    def build(self, groups, block_size, num_blocks, caching, checkpoints):
         self.alloc = HybridAllocator(num_blocks, block_size, groups, max_model_len=10_000,
                                      max_in_flight_tokens=IN_FLIGHT, prefill_chunk_tokens=IN_FLIGHT,
-                                     prefix_caching=caching)
+                                     prefix_caching=caching, mamba_checkpoints=checkpoints)
 
     def _live(self, index):
         return sorted(self.tokens)[index % len(self.tokens)]
@@ -122,6 +125,14 @@ class HybridMachine(RuleBasedStateMachine):
         for seq, tokens in self.tokens.items():
             tables = a.group_block_tables(seq)
             for spec, table in zip(a.groups, tables):
+                if spec.kind == "mamba" and a._cache is not None:      # vLLM's align mode (docstring)
+                    c = self.computed_at[seq]
+                    assert len(table) == -(-tokens // bs)
+                    real = {len(table) - 1} | ({(c - 1) // bs} if c > 0 else set())
+                    held = {k for k, b in enumerate(table) if b != NULL_BLOCK}
+                    extra = {len(table) - 2} if a.mamba_checkpoints else set()
+                    assert real <= held <= real | extra, (table, c, tokens)
+                    continue
                 assert len(table) == (1 if spec.kind == "mamba" else -(-tokens // bs))
                 least = min(model_skipped_blocks(spec, self.computed_at[seq], bs), len(table))
                 most = least

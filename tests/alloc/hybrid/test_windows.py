@@ -39,7 +39,7 @@ def test_decode_window_by_hand():
 
 def random_state(rng, caching=False):
     kinds = [FULL, GroupSpec("sliding", window=rng.randint(1, 9)), GroupSpec("chunked", chunk=rng.randint(1, 9))]
-    groups = rng.sample(kinds + ([] if caching else [GroupSpec("mamba")]), rng.randint(1, 3 if caching else 4))
+    groups = rng.sample(kinds + [GroupSpec("mamba")], rng.randint(1, 4))     # (caching: Mamba in align mode)
     a = HybridAllocator(rng.randint(10, 80), rng.randint(1, 4), groups, 1000, 16, 16, prefix_caching=caching)
     ids = []
     for s in range(rng.randint(1, 6)):
@@ -87,8 +87,8 @@ class _NoWindows(HybridAllocator):
         return 0
 
 
-def _run(cls, trace, caching=False):
-    groups = [FULL, GroupSpec("sliding", window=128)] + ([] if caching else [GroupSpec("mamba")])
+def _run(cls, trace, caching=False, mamba=True):
+    groups = [FULL, GroupSpec("sliding", window=128)] + ([GroupSpec("mamba")] if mamba else [])
     alloc = cls(400, 16, groups, 4096, 2048, 2048, prefix_caching=caching)
     sched = Scheduler(trace, alloc, SchedulerConfig(max_num_seqs=64, max_batched_tokens=2048, chunked_prefill=True),
                       max_seq_len=4096, block_ids=(lambda i: trace.prompt_block_ids(i, 16)) if caching else None)
@@ -102,11 +102,12 @@ def _run(cls, trace, caching=False):
     return per_step, sched
 
 
-@pytest.mark.parametrize("caching", [False, True])
-def test_an_engine_run_is_the_same_with_and_without_windows(caching):
+@pytest.mark.parametrize("caching, mamba", [(False, True), (True, False),
+                                            pytest.param(True, True, marks=pytest.mark.long)])  # (align mode)
+def test_an_engine_run_is_the_same_with_and_without_windows(caching, mamba):
     trace = generate("sharegpt", rate_rps=4.0, duration_s=60.0, seed=2, shared_prefix_tokens=80 if caching else 0)
-    with_windows, s1 = _run(HybridAllocator, trace, caching)
-    without, s2 = _run(_NoWindows, trace, caching)
+    with_windows, s1 = _run(HybridAllocator, trace, caching, mamba)
+    without, s2 = _run(_NoWindows, trace, caching, mamba)
     if caching:
         assert s1.prefix_hit_tokens == s2.prefix_hit_tokens > 0
     assert s1.num_finished == s2.num_finished == len(trace) and s1.num_preemptions == s2.num_preemptions > 0
