@@ -28,9 +28,9 @@ TINY_OSS = ModelSpec("tiny-oss", 4, 256, 4, 2, 16, 2, 64, 1e8,
 SHAPE = ReplayShape(q_heads=4, kv_heads=2, head_dim=16, num_layers=2, dtype=torch.float32)
 
 
-def config(num_blocks=40, preemption="recompute"):
+def config(num_blocks=40, preemption="recompute", async_scheduling=None):
     return SimConfig(Deployment(TINY_OSS, get_gpu("a100-40gb")), CacheConfig(block_size=BS, num_blocks=num_blocks),
-                     SchedulerConfig(preemption=preemption))
+                     SchedulerConfig(preemption=preemption, async_scheduling=async_scheduling))
 
 
 def trace():
@@ -80,7 +80,7 @@ def test_a_token_written_through_a_skipped_entry_is_caught(monkeypatch):
     monkeypatch.setattr(SlidingRules, "skipped_entries", lambda self, c: original(self, c + 2 * self.block_size))
     monkeypatch.setattr(HybridTicks, "can_tick", False)   # (the lazy path's ticks drop blocks at events
                                                           # of their own: the fault is the per-sequence rule)
-    report = replay(one_request(19), config(40), SHAPE, "cpu")
+    report = replay(one_request(19), config(40, async_scheduling=False), SHAPE, "cpu")   # (synchronous)
     assert not report.ok
     assert report.first_mismatch == ("step 1: sequence 0 writes token 19 through a null entry (block 4) "
                                      "of group 0 (sliding)")
@@ -94,11 +94,11 @@ def test_a_window_block_in_a_skipped_entry_is_caught(monkeypatch):
     monkeypatch.setattr(SlidingRules, "skipped_entries", lambda self, c: original(self, c + self.block_size))
     monkeypatch.setattr(HybridTicks, "can_tick", False)   # (the lazy path's ticks drop blocks at events
                                                           # of their own: the fault is the per-sequence rule)
-    report = replay(one_request(18), config(40), SHAPE, "cpu")
+    report = replay(one_request(18), config(40, async_scheduling=False), SHAPE, "cpu")   # (synchronous)
     assert report.first_mismatch == ("step 1: group 0 (sliding): sequence 0: block 2 is null but holds "
                                      "tokens of the window [11, 19)")
     monkeypatch.undo()
-    healthy = replay(one_request(18), config(40), SHAPE, "cpu")
+    healthy = replay(one_request(18), config(40, async_scheduling=False), SHAPE, "cpu")
     assert healthy.ok, healthy
 
 
@@ -158,8 +158,8 @@ def test_device_check_hybrid_prediction_is_the_simulators():
     assert f"{name}:" in (root / "gpu_harness" / "device_check.sh").read_text()
 
 
-def run_model(model, cache, tr):
-    cfg = SimConfig(Deployment(model, get_gpu("a100-40gb")), cache, SchedulerConfig())
+def run_model(model, cache, tr, async_scheduling=None):
+    cfg = SimConfig(Deployment(model, get_gpu("a100-40gb")), cache, SchedulerConfig(async_scheduling=async_scheduling))
     predicted = simulate(tr, cfg).steps.used_blocks.tolist()
     return replay(tr, cfg, SHAPE, "cpu", predicted), predicted
 
@@ -168,13 +168,18 @@ def test_chunked_local_group_replays_with_its_chunk():
     """Llama 4's layout in miniature (chunks of 8 tokens beside full attention, vLLM's hybrid manager
     turned on): one request of 30 + 12 tokens (41 written). At the last decode 40 tokens are computed,
     so the chunked group skips 40 // 8 * 8 = 40 tokens, 10 of its cdiv(41, 4) = 11 entries: it holds 1
-    block, the full group 11."""
+    block, the full group 11 (synchronous scheduling). Under async scheduling the last decode is planned
+    with one token in flight: it frees from 39, skipping 39 // 8 * 8 = 32 tokens, 8 entries: 3 + 11 blocks,
+    held through one more (empty) step."""
     model = ModelSpec("tiny-scout", 4, 256, 4, 2, 16, 2, 64, 1e8,
                       layer_groups=(LayerGroup("chunked", 2, 2, 16, chunk=8), LayerGroup("full", 2, 2, 16)))
-    report, predicted = run_model(model, CacheConfig(block_size=BS, num_blocks=40, hybrid_kv_cache=True),
-                                  one_request(30, 12))
+    cache = CacheConfig(block_size=BS, num_blocks=40, hybrid_kv_cache=True)
+    report, predicted = run_model(model, cache, one_request(30, 12), async_scheduling=False)
     assert report.ok, report
     assert predicted[-1] == 1 + 11
+    report, predicted = run_model(model, cache, one_request(30, 12))
+    assert report.ok, report
+    assert predicted[-2:] == [3 + 11, 3 + 11]
 
 
 def test_mamba_group_is_counted_not_paged():
