@@ -82,14 +82,14 @@ class Scheduler(LazyDecodes, Admission, InOrderRunning, Preemption, AsyncSettle,
             self._admit(plan, budget, now)
         if not (plan.prefills or plan.decodes or plan.swap_tokens):
             if self.settling or (self.settle_lag and plan.preempted):
-                plan.batch_requests = len(self.running)
+                plan.batch_requests = len(self.running) - len(self.settling)
                 return plan          # (async scheduling: vLLM queues the empty batch too; settle.py)
             # (a head deferred by async scheduling waits for the next step, not for room)
             if self.waiting and not (self.running or self.swapped or self.deferred):
                 self._reject(self.waiting.popleft(), now, "does not fit in the empty cache")
                 return self.schedule(now)
             return None
-        plan.batch_requests = len(self.running)
+        plan.batch_requests = len(self.running) - len(self.settling)   # (held, finished: not in the batch)
         return plan
 
     def _grow_running(self, plan: StepPlan) -> bool:
