@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
 #: Reports known to be stale on this branch, with why. The freshness check skips them with that reason
 #: and fails once one is fresh again, so the entry cannot outlive its cause.
-_ASYNC = ("kvsim run follows vLLM 0.33's async scheduling exactly (finished requests held one step, "
-          "empty steps): regenerate with `make reports`")
-KNOWN_STALE: dict[str, str] = {name: _ASYNC for name in ("block-size-alpaca", "sweep-llama3-8b",
-                                                          "sharegpt-opt13b", "fleet-mooncake")}
+KNOWN_STALE: dict[str, str] = {}
 #: A file the commit recorded in a report's provenance must hold for the report to be fresh (the change
-#: that made it stale): how a KNOWN_STALE entry whose provenance is otherwise in order is told apart.
-STALE_BEFORE: dict[str, str] = dict.fromkeys(KNOWN_STALE, "kvsim/engine/batching/settle.py")
+#: that made it stale): how a report made before that change is told apart. Async scheduling held finished
+#: requests one step from settle.py on, which moved every vllm-v1 report.
+STALE_BEFORE: dict[str, str] = dict.fromkeys(("block-size-alpaca", "block-size-sharegpt", "sweep-llama3-8b",
+                                              "sharegpt-opt13b", "fleet-mooncake", "hybrid-models",
+                                              "sim-to-real"), "kvsim/engine/batching/settle.py")
 #: Reports a test regenerates whole (seconds each); the others are checked by provenance only.
 SMALL = ("block-size-alpaca", "sweep-llama3-8b", "sharegpt-opt13b", "fleet-mooncake")
 #: Of those, the ones the default suite regenerates (about 2 s each); the rest are release checks
