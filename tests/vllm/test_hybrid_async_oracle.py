@@ -17,13 +17,12 @@ Golden: tests/data/hybrid_oracle/async_vllm_0.33.json.gz (`python tests/vllm/tes
 regenerates it with the oracle venv); live: `--long` reruns vLLM and must reproduce it.
 """
 
-import gzip
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.vllm.scheduler_golden import assert_same_steps, regenerate, vllm_records
 from tests.vllm.test_hybrid_oracle import _oracle_python, load_golden
 from tests.vllm import test_hybrid_retention_oracle as retention
 from tests.vllm import test_hybrid_scheduler_oracle as scheduler
@@ -48,11 +47,7 @@ def _check(which: slice) -> None:
     golden, all_cases = load_golden(DATA), cases()
     assert len(golden) == len(all_cases)
     for case, want in list(zip(all_cases, golden))[which]:
-        got = scheduler.run_kvsim(case)
-        first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-        assert first is None, (f"groups {case['groups']} caching {case.get('caching')} retention "
-                               f"{case.get('retention')}: step {first}: kvsim {got[first]}, vLLM {want[first]}")
-        assert len(got) == len(want)
+        assert_same_steps(case, scheduler.run_kvsim(case), want)
 
 
 def test_kvsim_async_equals_vllm_step_by_step_small():
@@ -87,17 +82,8 @@ def test_async_differs_from_sync_in_vllm():
 @pytest.mark.long
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_vllm_live_reproduces_the_golden(tmp_path):
-    path, out = tmp_path / "cases.json", tmp_path / "out.json"
-    path.write_text(json.dumps(cases()))
-    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
-                    str(path), str(out)], check=True, capture_output=True, timeout=900)
-    assert json.loads(out.read_text()) == load_golden(DATA)
+    assert json.loads(vllm_records(cases(), tmp_path, timeout=900)) == load_golden(DATA)
 
 
 if __name__ == "__main__":      # regenerate the golden file with vLLM (the oracle venv must exist)
-    path, raw = Path("/tmp") / "hybrid_async_cases.json", Path("/tmp") / "hybrid_async_out.json"
-    path.write_text(json.dumps(cases()))
-    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
-                    str(path), str(raw)], check=True)
-    with gzip.open(DATA, "wt") as f:
-        f.write(raw.read_text())
+    regenerate(cases(), DATA, "async")

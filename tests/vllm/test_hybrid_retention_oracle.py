@@ -14,14 +14,13 @@ Golden: tests/data/hybrid_oracle/retention_vllm_0.33.json.gz (`python tests/vllm
 regenerates it with the oracle venv); live: `--long` reruns vLLM and must reproduce it.
 """
 
-import gzip
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.vllm.scheduler_golden import assert_same_steps, regenerate, vllm_records
 from tests.vllm.test_hybrid_oracle import _oracle_python, load_golden
 from tests.vllm.test_hybrid_scheduler_oracle import run_kvsim
 
@@ -68,11 +67,7 @@ def _check(realistic_dense: bool) -> None:
     for case, want in zip(all_cases, golden):
         if (case["block_size"] == 16 and case["retention"] != 0) != realistic_dense:
             continue
-        got = run_kvsim(case)
-        first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-        assert first is None, (f"groups {case['groups']} retention {case['retention']}: step {first}: "
-                               f"kvsim {got[first]}, vLLM {want[first]}")
-        assert len(got) == len(want)
+        assert_same_steps(case, run_kvsim(case), want)
 
 
 def test_kvsim_equals_vllm_at_every_retention_step_by_step():
@@ -118,17 +113,8 @@ def test_a_positive_interval_without_a_sliding_group_is_refused_as_vllm_does():
 @pytest.mark.long
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_vllm_live_reproduces_the_golden(tmp_path):
-    path, out = tmp_path / "cases.json", tmp_path / "out.json"
-    path.write_text(json.dumps(cases()))
-    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
-                    str(path), str(out)], check=True, capture_output=True, timeout=600)
-    assert json.loads(out.read_text()) == load_golden(DATA)
+    assert json.loads(vllm_records(cases(), tmp_path, timeout=600)) == load_golden(DATA)
 
 
 if __name__ == "__main__":      # regenerate the golden file with vLLM (the oracle venv must exist)
-    path, raw = Path("/tmp") / "hybrid_retention_cases.json", Path("/tmp") / "hybrid_retention_out.json"
-    path.write_text(json.dumps(cases()))
-    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
-                    str(path), str(raw)], check=True)
-    with gzip.open(DATA, "wt") as f:
-        f.write(raw.read_text())
+    regenerate(cases(), DATA, "retention")
