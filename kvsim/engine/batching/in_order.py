@@ -24,14 +24,20 @@ class InOrderRunning:
         `clip_chunk`); returns (budget left, whether a request was preempted)."""
         alloc, running, kv_len, left = self.alloc, self.running, self.kv_len, self.prefill_left
         budget, preempted, k = self.cfg.max_batched_tokens, False, 0
+        settling, hold = self.settling, getattr(self.alloc, "hold_still", None) if self.settle_lag else None
         while k < len(running) and budget > 0:
             i = running[k]
+            if i in settling:
+                k += 1              # (async scheduling: its last token is in flight; vLLM skips it)
+                continue
             seq = self.seq_ids(i)[0]
             if left[i]:
                 chunk = clip(seq, kv_len[i] - left[i], min(left[i], budget), self.prompt[i], kv_len[i],
                              self.cfg.max_batched_tokens)
                 if not chunk:
                     k += 1          # (vLLM: no block-aligned chunk fits the budget; the next request goes on)
+                    if hold is not None:
+                        hold(seq)   # (async: none of its tokens in flight at the next step)
                     continue
             else:
                 chunk = 1
@@ -53,6 +59,10 @@ class InOrderRunning:
                 plan.decode_context_tokens += kv_len[i]
                 budget -= 1
             k += 1
+        if hold is not None:        # (async: the requests the budget did not reach grow by nothing)
+            for i in running[k:]:
+                if i not in settling:
+                    hold(self.seq_ids(i)[0])
         return budget, preempted
 
     def _emit(self, plan: StepPlan, now: float) -> list[int]:
