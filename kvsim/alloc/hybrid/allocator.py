@@ -244,10 +244,12 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
                 self._extend(table, g, rules, more, ckpt)
             if more > 0 or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
+        # (async scheduling caches up to the known tokens: the prompt, and the outputs of the completed steps)
+        known = new if not self.async_lag else min(new, max(seq.prefill_end, self._processed(seq) + 1))
         seq.lag_from, seq.lag_to, seq.tokens, seq.final = seq.tokens, new, new, final
         self._sum_tokens += num_tokens
         if self._cache is not None:
-            self._register(seq)
+            self._register(seq, known)
         self._set_event(seq)
 
     def free(self, seq_id: int) -> None:
