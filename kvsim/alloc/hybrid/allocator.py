@@ -63,6 +63,7 @@ class _Seq:
     lag_to: int = -1          # (hits count as grown-from: `allocate`)
     junction: int = 0         # prefix caching: vLLM's shared_prefix_boundary at its admission (0: none)
     prefill_end: int = 0      # align-mode Mamba: vLLM's prefill end (mamba.py `_prefill_end`)
+    known: int = 0            # prefix caching: tokens known at its admission (prompt + outputs so far)
 
 
 class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows, HybridMamba):
@@ -173,6 +174,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
         if hits is not None:
             seq.hashes, seq.salt, seq.cached = self._hashes(block_hashes, None, len(block_hashes)), seq_id, [0] * ng
             seq.junction, seq.prefill_end = self._junction, self._prefill_end(seq_id, num_tokens)
+            seq.known = num_tokens
             self._adopt_hits(seq, hit, hits, num_tokens)
         ckpt = self._checkpoint(hit, hold, seq.prefill_end)
         for g, rules in enumerate(self.rules):
@@ -245,7 +247,7 @@ class HybridAllocator(HybridTicks, HybridAccounting, HybridPrefix, HybridWindows
             if more > 0 or final != seq.final:
                 self._reach[g] += min(final, len(table) * bs) - min(seq.final, entries * bs)
         # (async scheduling caches up to the known tokens: the prompt, and the outputs of the completed steps)
-        known = new if not self.async_lag else min(new, max(seq.prefill_end, self._processed(seq) + 1))
+        known = new if not self.async_lag else min(new, max(seq.known, self._processed(seq) + 1))
         seq.lag_from, seq.lag_to, seq.tokens, seq.final = seq.tokens, new, new, final
         self._sum_tokens += num_tokens
         if self._cache is not None:
