@@ -8,7 +8,10 @@ allocate the same blocks unless a request ahead in the queue prefills while one 
 memory is short: then vLLM allocates the prefill chunk before the later decode frees what left its
 windows. That case is common with Mamba prefix caching (vLLM's "align" mode cuts each prompt's last chunk
 at its last block boundary, kvsim/alloc/hybrid/mamba.py), so the scheduler runs this loop when the
-allocator aligns chunks (`clip_chunk`); one sequence per request (the hybrid allocator's rule).
+allocator aligns chunks (`clip_chunk`); one sequence per request (the hybrid allocator's rule). Under
+async scheduling (kvsim/engine/batching/settle.py) the loop skips a request whose last token is in flight
+(vLLM: `num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens`), and a request
+it does not grow has no tokens in flight at the next step (the allocator's `hold_still`).
 """
 
 from __future__ import annotations
