@@ -119,16 +119,15 @@ def test_kvsim_async_equals_vllm_with_mamba_prefix_caching_at_realistic_sizes():
 
 def test_async_mamba_differs_from_sync_in_vllm():
     """The check can fail: for every Mamba case vLLM's async records differ from its synchronous ones
-    (tests/data/hybrid_oracle/mamba_vllm_0.33.json.gz): empty steps appear, and at some step the
-    Mamba groups hold more state blocks than the synchronous run ever holds at that step count (the
-    block a request left is freed a step later)."""
+    (tests/data/hybrid_oracle/mamba_vllm_0.33.json.gz): empty steps appear, every request still
+    finishes, and each case's hit tokens differ (states cached up to the known tokens only, freed later)."""
     golden, sync = load_golden(MAMBA_DATA), load_golden(mamba.DATA)
     assert len(golden) == len(sync)
     for a, s in zip(golden, sync):
         assert a != s
         assert any(r.get("tokens") == 0 for r in a) and not any(r.get("tokens") == 0 for r in s)
         assert sum(len(r.get("finished", ())) for r in a) == sum(len(r.get("finished", ())) for r in s)
-    assert sum(a[-1]["hits"] != s[-1]["hits"] for a, s in zip(golden, sync)) >= 5
+    assert all(a[-1]["hits"] != s[-1]["hits"] for a, s in zip(golden, sync))
 
 
 @pytest.mark.long
