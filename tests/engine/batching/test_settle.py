@@ -66,3 +66,18 @@ def test_which_runs_hold_finished_requests(flags, held):
     assert sched.settle_lag == held and sched.async_lag == held
     # (paged under the Scheduler: lazy decode ticks either way; vLLM 0.1.4's policy has its own scheduler)
     assert sched._lazy or flags.get("engine_profile") == "vllm-2023"
+
+
+@pytest.mark.parametrize("count", [2, 16, 17, 30])
+def test_held_requests_are_put_in_batch_order_few_or_many(count):
+    # (few: sorted by their places in the batch; more than 16: one pass over the batch) the same order
+    one = Trace.from_arrays([0.0], [40], [3])
+    sched = build_run(one, make_config(model="llama-3-8b", gpu="h100-80gb", kv_gib=1)).scheduler
+    sched.running = [(7 * k) % 31 for k in range(31)]          # 0, 7, 14, 21, 28, 4, 11, ...
+    ids = list(range(count))[::-1]                               # 29, 28, ..., given out of order
+    want = [i for i in sched.running if i < count]
+    assert sched._batch_order(ids) == want and sorted(want) == list(range(count))
+    if count == 2:
+        assert want == [0, 1]              # 0 at place 0, 1 at place 9 (7 x 9 = 63 = 2 x 31 + 1)
+    if count == 30:
+        assert want[:6] == [0, 7, 14, 21, 28, 4]
