@@ -226,21 +226,28 @@ class PagedAllocator(PagedFreeList, PagedAppends, PagedStats, PagedWindows, Page
 
     def free_finished(self, seq_id: int) -> None:
         """`free` of a sequence done for good (its request finished, or its sample ended): its id is never
-        allocated again, so no lookup will ask for its own blocks' hashes (salted by its id). A ticking
-        sequence's own full blocks (`_Seq.own`) are then parked nameless (`park_nameless`) rather than
+        allocated again, so no lookup will ask for its own blocks' hashes (salted by its id). A ticking (or
+        held: `tick_leave`) sequence's own full blocks (`_Seq.own`) are then parked nameless (`park_nameless`) rather than
         registered first: the same evictable blocks in the same LRU order, so every count and every
         block taken is `free`'s. Where a CPU tier keeps evicted hashes, or blocks are shared: `free`."""
         seq, cache = self._seqs.get(seq_id), self._cache
-        if (seq is None or seq.at < 0 or cache is None or self.cpu_tier is not None or self._pending is not None
+        if (seq is None or cache is None or self.cpu_tier is not None or self._pending is not None
                 or self._excess or self._shared_partial):
             self.free(seq_id)
             return
-        del self._seqs[seq_id]
         bs, table, ref = self.block_size, seq.table, self._ref
-        tokens = seq.tokens + self._clock - seq.at
+        if seq.at >= 0:
+            tokens = seq.tokens + self._clock - seq.at
+        else:       # (ticks stopped, blocks kept: held by async scheduling, `tick_leave`)
+            tokens = seq.tokens
         first, full = seq.own, tokens // bs               # (a ticking sequence's shareable blocks are full)
-        seq.at = seq.due = -1
-        self._ticking -= 1
+        if first > full or len(table) > full + 1:
+            self.free(seq_id)                             # (blocks past its tokens, or a prompt unfilled)
+            return
+        del self._seqs[seq_id]
+        if seq.at >= 0:
+            seq.at = seq.due = -1
+            self._ticking -= 1
         for block in table:                                # (nothing is shared: each held once)
             ref[block] = 0
         if full < len(table):

@@ -156,7 +156,15 @@ class LazyDecodes(LazyCappedReads):
             if self._reads is not None:
                 self._reads.advance(self._kv_clock)
         # the members, in batch order (the rest prefill behind them: chunks, `_continue_prefills`)
-        plan.decodes = running[:] if len(since) == len(running) else [i for i in running if i in since]
+        settling = self.settling        # (async scheduling's held requests: in the batch, not members)
+        if len(since) == len(running):
+            plan.decodes = running[:]
+        elif len(since) + len(settling) == len(running) and len(settling) <= 16:
+            plan.decodes = running[:]       # (only members and held ones: the few held ones taken out)
+            for i in settling:
+                plan.decodes.remove(i)
+        else:
+            plan.decodes = [i for i in running if i in since]
         plan.decode_seqs = self._member_seqs
         plan.decode_context_tokens = self._context
         return preempted

@@ -192,7 +192,8 @@ class Scheduler(LazyDecodes, Admission, InOrderRunning, Preemption, AsyncSettle,
         blocks are taken now (single-sequence requests), preempting from the back when they do not
         fit, as vLLM's running loop does. Returns (budget left, whether a request was preempted)."""
         preempted, prefill_left = False, self.prefill_left
-        if not self.cfg.chunked_prefill or (len(self._since) == len(self.running) if self._lazy
+        # (members and async scheduling's held requests prefill nothing)
+        if not self.cfg.chunked_prefill or (len(self._since) + len(self.settling) == len(self.running) if self._lazy
                                             else not any(map(prefill_left.__getitem__, self.running))):
             return budget, False        # (unchunked prefills finish in the step that admits them)
         for i in list(self.running):

@@ -30,12 +30,17 @@ from kvsim.engine.batching.request_state import FINISHED
 from kvsim.engine.step_plan import StepPlan
 
 
+#: Up to this many requests are put in batch order by their indices in `running` (`_batch_order`).
+_FEW = 16
+
+
 class AsyncSettle:
     """`settle_lag` (off: synchronous scheduling), `use_async_scheduling`, and the settle bookkeeping the
     scheduler calls (`_settle`, `_mark_finished`, `_preempt_settling`, `_decoding_now`)."""
 
     settle_lag = False
-    settling: dict = {}                 # request -> None: finished, still held (batch order)
+    settling: dict = {}                 # request -> None: finished, still held
+    _settle_ordered = True              # whether `settling` is in batch order
 
     def use_async_scheduling(self) -> None:
         """Plan every step with the previous one in flight (vLLM's async scheduling). Call before the
@@ -70,7 +75,8 @@ class AsyncSettle:
         if not settling:
             return
         known = getattr(self.alloc, "register_known", None)
-        for i in [i for i in self.running if i in settling]:
+        # (one `_mark_finished` filled it in batch order, and the batch keeps its order: no sort needed)
+        for i in list(settling) if self._settle_ordered else self._batch_order(settling):
             if known is not None:        # (its outputs arrived: its last blocks are cached, then freed)
                 for s in self.seq_ids(i):
                     known(s)
@@ -83,12 +89,23 @@ class AsyncSettle:
     def _mark_finished(self, retire: list[int], now: float) -> None:
         """Async scheduling's `_retire`: finished at `now` (counted, stamped), held until `_settle`."""
         if len(retire) > 1:          # (put in batch order, in place: `plan.finished`, as vLLM reports them)
-            done = set(retire)
-            retire[:] = [i for i in self.running if i in done]
+            retire[:] = self._batch_order(retire)
+        self._settle_ordered = not self.settling     # (else two calls' requests may interleave)
         for i in retire:
             self.status[i], self.finished_s[i] = FINISHED, now
             self.num_finished += 1
             self.settling[i] = None
+
+    def _batch_order(self, ids) -> list[int]:
+        """Requests `ids` (all in `running`, each once) in batch order: by their places in `running`
+        where they are few (each found by a scan in C), else by one pass over the batch."""
+        running = self.running
+        if len(ids) == 1:
+            return list(ids)
+        if len(ids) <= _FEW:
+            return sorted(ids, key=running.index)
+        ids = set(ids)
+        return [i for i in running if i in ids]
 
     def _preempt_settling(self, i: int, plan: StepPlan) -> None:
         """Preempt settling request `i` (the last of `running`): its blocks go now and it counts as

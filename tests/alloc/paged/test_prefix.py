@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from kvsim.alloc import PagedAllocator, chain_hashes
 from kvsim.alloc.paged.prefix import PrefixCache
@@ -196,22 +197,27 @@ def test_both_hash_mixers_are_splitmix64():
     assert block_ids._mix64(np.array(states, dtype=np.uint64)).tolist() == [p % 2**63 for p in published]
 
 
-def _ticked(free: str) -> PagedAllocator:
+def _ticked(free: str, held: bool = False) -> PagedAllocator:
     """4-slot blocks: sequence 1 (5 tokens, one shareable block with content id 10) ticks 10 times to
-    15 tokens in blocks [0, 1, 2, 3] (block 3 holds 3), then is freed by `free` or `free_finished`."""
+    15 tokens in blocks [0, 1, 2, 3] (block 3 holds 3), then is freed by `free` or `free_finished`;
+    `held`: its ticks stopped first, blocks kept (`tick_leave`: async scheduling holds it a step)."""
     a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
     a.allocate(1, 5, 20, block_hashes=[10])
     a.tick_join(1)
     for _ in range(10):
         assert a.tick()
     assert a._seqs[1].table == [0, 1, 2, 3]     # (not `block_table`: reading brings it up to date)
+    if held:
+        a.tick_leave(1)
+        assert a._seqs[1].at == -1 and a._seqs[1].tokens == 15
     getattr(a, free)(1)
     a.check_invariants()
     return a
 
 
-def test_a_finished_sequence_parks_its_own_blocks_nameless_in_the_same_order():
-    a, b = _ticked("free"), _ticked("free_finished")
+@pytest.mark.parametrize("held", [False, True])
+def test_a_finished_sequence_parks_its_own_blocks_nameless_in_the_same_order(held):
+    a, b = _ticked("free", held), _ticked("free_finished", held)
     # tail first: the partly filled block 3 to the free list, blocks 2, 1, 0 evictable in that order
     for x in (a, b):
         assert x._cache.evictable_blocks() == [2, 1, 0] and list(x._free) == [3]
@@ -304,3 +310,21 @@ def test_admission_is_can_allocate_and_cached_tokens_at_once():
     assert a.admission(17, 17, [10, 20], 2) == (False, 8) == (a.can_allocate(17, 17, [10, 20], 2),
                                                              a.cached_tokens(17, [10, 20], 2))
     assert PagedAllocator(num_blocks=4, block_size=4).admission(9, 9) == (True, 0)
+
+
+def test_free_finished_of_a_sequence_short_of_its_prompt_is_free():
+    """4-slot blocks: sequence 1, a 13-token prompt with three shareable blocks (content ids 10, 11,
+    12), given its first 5 slots (a prefill chunk: blocks [0, 1]), not ticking: its own blocks start
+    past its table (`own` 3 > 1 full block), so `free_finished` frees as `free` does: block 1 (partly
+    filled) to the free list once, block 0 (full, shareable: cached) evictable."""
+    a = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    b = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    for x in (a, b):
+        x.allocate(1, 13, 20, block_hashes=[10, 11, 12], hold_tokens=5)
+        assert x._seqs[1].table == [0, 1] and x._seqs[1].at == -1 and x._seqs[1].own == 3
+    a.free(1)
+    b.free_finished(1)
+    for x in (a, b):
+        assert list(x._free) == [1] and x._cache.evictable_blocks() == [0]
+        assert x.stats() == a.stats() and x.num_free_blocks == 8
+        x.check_invariants()
