@@ -3,10 +3,9 @@
 `max_rate` starts near the rate at which the engine saturates (`kvsim.planning.rate.bounds`), never
 above the serving ceiling (the rate past which arrivals outrun any schedule); from a passing start it
 steps up by 1.25x, then 1.9x, then doubling; from a failing one it steps down by how late that run
-missed the SLO (`kvsim.planning.rate.bracket`), then narrows the bracket (k-section with `workers`
-runs per round; with one, beside whichever run came close, else the geometric middle) until it is
-within `rel_tol`. A run stops
-as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
+missed the SLO (`kvsim.planning.rate.bracket`), then narrows the bracket (one run per round, whatever
+`workers`: beside whichever run came close, else the geometric middle) until it is within `rel_tol`.
+A run stops as soon as it has missed the SLO for certain (its verdict cannot change), so rates above the knee cost
 a fraction of a run. A preset's rates all
 replay one draw of requests with its Poisson arrival times rescaled (common random numbers), cut at the
 duration; a real trace is rescaled likewise. A rate is judged at steady state (`kvsim.planning.rate.steady`,
@@ -41,6 +40,11 @@ if TYPE_CHECKING:
 #: SLO metric names: `<ttft|tpot|e2e>_<p50|p90|p99|mean>` (seconds) and `normalized_latency` (s/token).
 SLO_METRICS = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99", "mean")) + (
     "normalized_latency",)
+#: Rates tried per narrowing round: fixed, so that the answer does not depend on the machine's core count
+#: (`workers` chose this number before: the same command answered 51.4 req/s on two cores and 50.6 on one,
+#: and the API, whose default is one worker, differed from the command line). One run lets the round use
+#: how close the bracket's runs came (`kvsim.planning.rate.bracket.narrow`).
+SECTIONS = 1
 LIMITS = ("kv_memory", "max_num_seqs", "token_budget", "compute", "latency")
 #: Rates the bracket search stays within, req/s.
 MIN_RATE_RPS, MAX_RATE_RPS = 1 / 64, 4096.0
@@ -244,7 +248,7 @@ def max_rate(slo: Sequence[str] | Mapping[str, float], config: SimConfig | None 
         raise ValueError(f"no rate meets the SLO {slo_text(slo)}: the lowest rate tried, {min(tried):.3g} req/s, "
                          f"gives {got}" + (f" ({first['error']})" if first.get("error") else ""))
     while hi is not None and not done(lo, hi, rel_tol) and len(tried) < max_runs:
-        k = max(1, min(workers, max_runs - len(tried)))
+        k = max(1, min(SECTIONS, max_runs - len(tried)))
         run([narrow(_tried(tried[lo], slo), _tried(tried[hi], slo), rel_tol)] if k == 1 else
             [lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)])
         hi = min(r for r in tried if not ok(r))          # conservative when noise makes the curve

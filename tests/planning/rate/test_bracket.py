@@ -96,6 +96,10 @@ def test_search_on_a_made_up_curve(monkeypatch):
     monkeypatch.setattr(rt, "_evaluate", evaluate)
     res = rt.max_rate({"ttft_mean": 2.0}, preset="alpaca", duration_s=100, model="opt-13b", kv_gib=12,
                       rel_tol=0.05)
+    # the same rates whatever the worker count (two workers made it trisect the bracket before)
+    two = rt.max_rate({"ttft_mean": 2.0}, preset="alpaca", duration_s=100, model="opt-13b", kv_gib=12,
+                      rel_tol=0.05, workers=2)
+    assert list(two.curve.rate) == list(res.curve.rate)
     # 2.0 fails, stop 1/16 -> 0.5, kept at 1/1.5: 4/3; fails, stop (3/4)^4 -> 0.75 (steps to 1/2 now
     # allowed): 1.0, passes (0.4 of the limit); bracket [1, 4/3], the failure early (0.32 of its span):
     # the middle (4/3)^0.5 = 1.1547, fails; [1, 1.1547] -> 1.0746, fails (1.0746 <= 1.05^2) -> 1.0366,
