@@ -98,8 +98,8 @@ def capacity(
     rel_tol: float = typer.Option(0.05, "--rel-tol", help="Stop when the rate bracket is this narrow "
                                   "(relative)."),
     max_runs: int = typer.Option(16, "--max-runs", min=1, help="Most simulations per rate search."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Rates simulated at once "
-                                          "(processes; default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Simulations at once "
+                                          "(processes; default: all cores); the answers do not depend on it."),
     json_out: Optional[Path] = JsonOpt,
     disagg: bool = DisaggSearchOpt, kv_link: str = KvLinkOpt, ttft_slo: float = TtftSloOpt,
     tpot_slo: float = TpotSloOpt, slo_attainment: float = AttainmentOpt, max_gpus: int = MaxGpusOpt,
