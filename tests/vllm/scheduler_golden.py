@@ -39,3 +39,15 @@ def assert_same_steps(case: dict, got: list[dict], want: list[dict]) -> None:
     assert first is None, (f"groups {case['groups']} caching {case.get('caching')} retention "
                            f"{case.get('retention')}: step {first}: kvsim {got[first]}, vLLM {want[first]}")
     assert len(got) == len(want)
+
+
+def check_golden(golden_file: Path, all_cases: list[dict], run_kvsim, realistic_dense: bool) -> None:
+    """kvsim (`run_kvsim(case)`) against the stored vLLM records step by step: the block-4 cases and block
+    16 at retention 0 (`realistic_dense` False), or block 16 at an interval and none (True)."""
+    from tests.vllm.test_hybrid_oracle import load_golden
+
+    golden = load_golden(golden_file)
+    assert len(golden) == len(all_cases)
+    for case, want in zip(all_cases, golden):
+        if (case["block_size"] == 16 and case["retention"] != 0) == realistic_dense:
+            assert_same_steps(case, run_kvsim(case), want)

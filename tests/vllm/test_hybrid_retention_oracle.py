@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.scheduler_golden import assert_same_steps, regenerate, vllm_records
+from tests.vllm.scheduler_golden import check_golden, regenerate, vllm_records
 from tests.vllm.test_hybrid_oracle import _oracle_python, load_golden
 from tests.vllm.test_hybrid_scheduler_oracle import run_kvsim
 
@@ -62,12 +62,7 @@ def cases() -> list[dict]:
 
 
 def _check(realistic_dense: bool) -> None:
-    golden, all_cases = load_golden(DATA), cases()
-    assert len(golden) == len(all_cases)
-    for case, want in zip(all_cases, golden):
-        if (case["block_size"] == 16 and case["retention"] != 0) != realistic_dense:
-            continue
-        assert_same_steps(case, run_kvsim(case), want)
+    check_golden(DATA, cases(), run_kvsim, realistic_dense)
 
 
 def test_kvsim_equals_vllm_at_every_retention_step_by_step():
