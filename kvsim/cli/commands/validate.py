@@ -76,7 +76,7 @@ def calibrate_cmd(runs: List[Path] = RunsArg, out: Path = typer.Option(..., "--o
                   server: Optional[Path] = ServerOpt,
                   base: str = typer.Option("vllm-v1", "--base", help="Profile the fitted one starts from."),
                   gpu: Optional[str] = GpuOpt,
-                  scale: float = typer.Option(0.25, "--scale", min=0.01, max=1.0, help="Share of each "
+                  scale: float = typer.Option(1.0, "--scale", min=0.01, max=1.0, help="Share of each "
                                               "stage's duration simulated while fitting (shortened "
                                               "traces; the leave-one-out check uses the same)."),
                   seed: int = SeedOpt,
