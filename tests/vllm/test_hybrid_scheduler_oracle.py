@@ -10,11 +10,8 @@ made by the driver (`python tests/vllm/test_hybrid_scheduler_oracle.py` regenera
 oracle venv exists vLLM is rerun and must reproduce them (`--long`).
 """
 
-import gzip
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from kvsim.engine.config import SchedulerConfig
 from kvsim.engine.batching.scheduler import Scheduler
 from kvsim.trace.table import Trace
 
+from tests.vllm.scheduler_golden import assert_same_steps, regenerate, vllm_records
 from tests.vllm.test_hybrid_oracle import _oracle_python, load_golden
 
 DATA = Path(__file__).parents[1] / "data" / "hybrid_oracle" / "scheduler_vllm_0.33.json.gz"
@@ -134,10 +132,7 @@ def test_kvsim_scheduler_equals_vllm_step_by_step():
     all_cases = cases()
     assert len(golden) == len(all_cases)
     for case, want in zip(all_cases, golden):
-        got = run_kvsim(case)
-        first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-        assert first is None, f"groups {case['groups']}: step {first}: kvsim {got[first]}, vLLM {want[first]}"
-        assert len(got) == len(want)
+        assert_same_steps(case, run_kvsim(case), want)
     assert sum(len(r.get("preempted", ())) for case in golden for r in case) > 20    # memory pressure is exercised
     assert all(sum(case[-1]["hits"]) > 0 for case, c in zip(golden, all_cases) if c.get("caching"))
 
@@ -150,29 +145,17 @@ def test_kvsim_scheduler_equals_vllm_at_realistic_sizes():
     all_cases = realistic_cases()
     assert len(golden) == len(all_cases)
     for case, want in zip(all_cases, golden):
-        got = run_kvsim(case)
-        first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-        assert first is None, f"groups {case['groups']}: step {first}: kvsim {got[first]}, vLLM {want[first]}"
-        assert len(got) == len(want)
+        assert_same_steps(case, run_kvsim(case), want)
     assert all(sum(len(r.get("preempted", ())) for r in case) > 0 for case in golden)
 
 
 @pytest.mark.long
 @pytest.mark.skipif(_oracle_python() is None, reason="no vLLM oracle venv (../shared/oracle/setup.sh builds it)")
 def test_vllm_live_reproduces_the_golden(tmp_path):
-    path, out = tmp_path / "cases.json", tmp_path / "out.json"
-    path.write_text(json.dumps(cases() + realistic_cases()))
-    subprocess.run([str(_oracle_python()), "-W", "ignore", str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py"),
-                    str(path), str(out)], check=True, capture_output=True, timeout=600)
-    assert json.loads(out.read_text()) == load_golden(DATA) + load_golden(REALISTIC)
+    assert json.loads(vllm_records(cases() + realistic_cases(), tmp_path, timeout=600)) == \
+        load_golden(DATA) + load_golden(REALISTIC)
 
 
 if __name__ == "__main__":      # regenerate the golden files with vLLM (the oracle venv must exist)
-    driver = str(Path(__file__).parent / "hybrid_scheduler_oracle_driver.py")
     for make, out in ((cases, DATA), (realistic_cases, REALISTIC)):
-        path = Path("/tmp") / f"hybrid_{make.__name__}.json"
-        path.write_text(json.dumps(make()))
-        raw = Path("/tmp") / f"hybrid_{make.__name__}_out.json"
-        subprocess.run([str(_oracle_python()), "-W", "ignore", driver, str(path), str(raw)], check=True)
-        with gzip.open(out, "wt") as f:
-            f.write(raw.read_text())
+        regenerate(make(), out, make.__name__)
